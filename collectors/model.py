@@ -1,0 +1,148 @@
+"""The one data model that crosses layers: recipes, per-target snapshots, events.
+
+Plain frozen dataclasses with value equality. ``None`` always means *unknown* (a family this SGLang version lacks,
+a rate with no previous sample, a target that is down) and is never replaced by zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+# Flags that define a recipe, in display order (names as SGLang's /server_info spells them).
+RECIPE_FLAGS: tuple[str, ...] = (
+    "model",
+    "version",
+    "speculative_algorithm",
+    "speculative_dspark_block_size",
+    "speculative_num_draft_tokens",
+    "speculative_num_steps",
+    "mem_fraction_static",
+    "disable_radix_cache",
+    "cuda_graph_max_bs",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "mamba_ssm_dtype",
+    "schedule_conservativeness",
+)
+
+FlagValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """The serving flags that matter, as read from /server_info. ``recipe_id`` is short and stable."""
+
+    flags: tuple[tuple[str, FlagValue], ...]
+
+    @classmethod
+    def from_flags(cls, flags: dict[str, FlagValue]) -> Recipe:
+        return cls(tuple((name, flags.get(name)) for name in RECIPE_FLAGS))
+
+    def as_dict(self) -> dict[str, FlagValue]:
+        return dict(self.flags)
+
+    def get(self, name: str) -> FlagValue:
+        return self.as_dict().get(name)
+
+    @property
+    def recipe_id(self) -> str:
+        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return "r-" + hashlib.sha256(canonical.encode()).hexdigest()[:8]
+
+    @property
+    def max_running(self) -> int | None:
+        value = self.get("max_running_requests")
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+# The derived signals, in order. Units are in the names; usages are 0–1 fractions.
+SIGNAL_NAMES: tuple[str, ...] = (
+    "accept_length",
+    "tokens_per_verify",
+    "spec_accept_rate",
+    "tpot_s",
+    "step_latency_s",
+    "output_tok_s",
+    "per_request_tok_s",
+    "running",
+    "queued",
+    "max_running",
+    "state_pool_usage",
+    "kv_usage",
+    "token_usage",
+    "avg_context_tokens",
+    "cache_hit_rate",
+    "retractions_per_s",
+    "ttft_s",
+    "queue_time_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What one scrape cycle derived for one target. Every field may be None (unknown)."""
+
+    accept_length: float | None = None  # sglang:spec_accept_length (decode-log window), tokens per verify step
+    tokens_per_verify: float | None = None  # Δgeneration_tokens_total / Δspec_verify_calls_total
+    spec_accept_rate: float | None = None
+    tpot_s: float | None = None  # Δinter_token_latency_seconds_sum / Δ_count
+    step_latency_s: float | None = None  # accept_length × tpot_s: wall time of one verify step
+    output_tok_s: float | None = None  # rate(generation_tokens_total), gen_throughput as fallback
+    per_request_tok_s: float | None = None  # accept_length / step_latency_s = 1 / tpot_s
+    running: float | None = None
+    queued: float | None = None
+    max_running: float | None = None  # from the recipe (max_running_requests)
+    state_pool_usage: float | None = None  # sglang:mamba_usage
+    kv_usage: float | None = None  # full_token_usage, or kv_used_tokens / max_total_num_tokens
+    token_usage: float | None = None  # SGLang's max over pools; kept only to show the trap
+    avg_context_tokens: float | None = None  # decode_sum_seq_lens / num_running_reqs
+    cache_hit_rate: float | None = None
+    retractions_per_s: float | None = None
+    ttft_s: float | None = None  # window mean of time_to_first_token_seconds
+    queue_time_s: float | None = None  # window mean of queue_time_seconds
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSnapshot:
+    """One target at one cycle: health, derived signals and the recipe in force."""
+
+    target: str
+    ts: float  # unix seconds at the end of the scrape
+    up: bool
+    error: str | None = None  # the last error in words; None when the scrape was clean
+    signals: Signals = field(default_factory=Signals)
+    recipe_id: str | None = None
+    deployment: str = ""
+    scrape_duration_s: float | None = None
+
+    def as_record(self, recipe: Recipe | None = None) -> dict[str, Any]:
+        """The snapshot JSON of ``python -m collectors --json`` (flat; null for unknown)."""
+        record: dict[str, Any] = {"target": self.target, "ts": self.ts, "up": self.up, "error": self.error}
+        record.update(self.signals.as_dict())
+        record["deployment"] = self.deployment
+        record["scrape_duration_s"] = self.scrape_duration_s
+        record["recipe"] = recipe.as_dict() if recipe is not None else None
+        record["recipe_id"] = self.recipe_id
+        return record
+
+
+EventKind = Literal["restart", "recipe_change", "up", "down", "alert", "config"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened to a target, kept in history and drawn as a marker on charts."""
+
+    ts: float
+    target: str
+    kind: EventKind
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

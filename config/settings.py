@@ -1,0 +1,120 @@
+"""Typed, frozen settings. Each field carries its default and help text (the README's config reference)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+def _check_http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+class ScrapeSettings(_Settings):
+    interval_s: float = Field(5.0, gt=0, le=3600, description="Seconds between scrape cycles.")
+    timeout_s: float = Field(3.0, gt=0, le=120, description="Per-request timeout (connect + whole body), seconds.")
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, gt=1024, description="A /metrics or /server_info body larger than this is refused."
+    )
+    concurrency: int = Field(64, ge=1, le=1024, description="Targets scraped at once.")
+    verify_tls: bool = Field(True, description="Verify HTTPS certificates of targets.")
+    ca_bundle: str | None = Field(None, description="Path of a CA bundle used to verify HTTPS targets.")
+
+    @model_validator(mode="after")
+    def _timeout_fits_interval(self) -> ScrapeSettings:
+        if self.timeout_s > self.interval_s:
+            raise ValueError(f"timeout_s ({self.timeout_s}) must not exceed interval_s ({self.interval_s})")
+        return self
+
+
+class Target(_Settings):
+    name: str = Field(min_length=1, max_length=200, description="Unique name of the SGLang server.")
+    url: str = Field(description="The server's base URL (http://host:port); /metrics and /server_info hang off it.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels, e.g. {deployment: east}.")
+    bearer_token_env: str | None = Field(
+        None, description="Environment variable holding a bearer token for this server (never stored or shown)."
+    )
+
+    _url = field_validator("url")(_check_http_url)
+
+    @property
+    def deployment(self) -> str:
+        return self.labels.get("deployment", "")
+
+
+class StoreSettings(_Settings):
+    path: str = Field("data/history.sqlite", description="SQLite history file (WAL mode); created if missing.")
+    retention_h: float = Field(168.0, gt=0, description="Hours of history kept; older rows are pruned.")
+
+
+class AlertSettings(_Settings):
+    webhook_urls: tuple[str, ...] = Field((), description="Receivers of Alertmanager-format webhook JSON.")
+    alertmanager_url: str | None = Field(None, description="Alertmanager base URL; alerts POSTed to /api/v2/alerts.")
+    evaluation_interval_s: float | None = Field(
+        None, gt=0, description="Seconds between rule evaluations (default: the scrape interval)."
+    )
+    rules: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-rule overrides: alerts.rules.<RuleName>.<key>; names are fixed."
+    )
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_http_url(v) for v in value)
+
+    @field_validator("alertmanager_url")
+    @classmethod
+    def _am_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value)
+
+
+class PrometheusSettings(_Settings):
+    url: str = Field(description="Base URL of the fleet's Prometheus-compatible query API.")
+    bearer_token_env: str | None = Field(None, description="Environment variable holding a bearer token.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers sent with each query.")
+    selector: str = Field("", description='Label matchers picking the fleet\'s series, e.g. job="sglang".')
+    timeout_s: float = Field(10.0, gt=0, description="Query timeout, seconds.")
+
+    _url = field_validator("url")(_check_http_url)
+
+
+class SimSettings(_Settings):
+    scenario: str = Field("demo", description="Simulated fleet scenario (sim/scenarios/<name>.yaml).")
+    speed: float = Field(1.0, gt=0, le=1000, description="Simulated seconds per wall second.")
+    servers: int | None = Field(None, ge=1, le=2000, description="Number of servers (default: the scenario's).")
+    seed: int = Field(0, description="Random seed of the simulated workload.")
+
+
+class ExporterSettings(_Settings):
+    listen: str | None = Field(
+        "127.0.0.1:9464", description="host:port of the collector's own /metrics; null disables it."
+    )
+
+
+class Config(_Settings):
+    source: Literal["direct", "prometheus"] = Field("direct", description="Where signals come from.")
+    scrape: ScrapeSettings = Field(default_factory=ScrapeSettings, description="Scrape timing and limits.")
+    targets: tuple[Target, ...] = Field((), description="SGLang servers scraped by the direct source.")
+    targets_file: str | None = Field(None, description="JSON/YAML list of targets, re-read when it changes.")
+    store: StoreSettings = Field(default_factory=StoreSettings, description="History storage.")
+    alerts: AlertSettings = Field(default_factory=AlertSettings, description="Alert rules and receivers.")
+    prometheus: PrometheusSettings | None = Field(None, description="The fleet's Prometheus (source: prometheus).")
+    sim: SimSettings | None = Field(None, description="Start a simulated fleet in-process and scrape it.")
+    exporter: ExporterSettings = Field(default_factory=ExporterSettings, description="The collector's /metrics.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        names = [t.name for t in self.targets]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"target names must be unique; repeated: {', '.join(duplicates)}")
+        if self.source == "prometheus" and self.prometheus is None:
+            raise ValueError("source: prometheus needs a prometheus: {url: ...} section")
+        return self
