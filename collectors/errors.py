@@ -18,7 +18,11 @@ class ScrapeTimeout(ScrapeError):
 
 
 class HTTPStatusError(ScrapeError):
-    """The server answered with a non-2xx status."""
+    """The server answered with a non-2xx status (kept in ``status`` so callers can fall back on 404)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class BadExposition(ScrapeError):

@@ -1,6 +1,7 @@
 """The one data model that crosses layers: recipes, per-target snapshots, events.
 
-Plain frozen dataclasses with value equality. ``None`` always means *unknown* (a family this SGLang version lacks,
+Plain frozen dataclasses with value equality. ``None`` always means *unknown* (a family this SGLang version
+lacks,
 a rate with no previous sample, a target that is down) and is never replaced by zero.
 """
 
@@ -85,7 +86,9 @@ SIGNAL_NAMES: tuple[str, ...] = (
 class Signals:
     """What one scrape cycle derived for one target. Every field may be None (unknown)."""
 
-    accept_length: float | None = None  # sglang:spec_accept_length (decode-log window), tokens per verify step
+    accept_length: float | None = (
+        None  # sglang:spec_accept_length (decode-log window), tokens per verify step
+    )
     tokens_per_verify: float | None = None  # Δgeneration_tokens_total / Δspec_verify_calls_total
     spec_accept_rate: float | None = None
     tpot_s: float | None = None  # Δinter_token_latency_seconds_sum / Δ_count

@@ -1,6 +1,7 @@
 """History storage: a small interface and its embedded SQLite (WAL) implementation.
 
-Rows are one per target per cycle (wide: one column per signal), so a target's history is one indexed range scan
+Rows are one per target per cycle (wide: one column per signal), so a target's history is one indexed range
+scan
 and long ranges are downsampled in SQL (average per time bucket) before they reach pandas or a browser.
 """
 
@@ -42,7 +43,9 @@ CREATE INDEX IF NOT EXISTS samples_target_ts ON samples (target, ts);
 CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
 CREATE TABLE IF NOT EXISTS events (ts REAL NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT);
 CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
-CREATE TABLE IF NOT EXISTS recipes (recipe_id TEXT PRIMARY KEY, flags TEXT NOT NULL, first_seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS recipes (
+    recipe_id TEXT PRIMARY KEY, flags TEXT NOT NULL, first_seen REAL NOT NULL
+);
 """
 
 
@@ -84,7 +87,7 @@ class SqliteStore:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._migrate()
 
-    # -- connections -------------------------------------------------------------------------------------------
+    # -- connections -----------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
@@ -131,7 +134,7 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
 
-    # -- writes ------------------------------------------------------------------------------------------------
+    # -- writes ----------------------------------------------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
         sql = f"INSERT INTO samples ({', '.join(_SAMPLE_COLUMNS)}) VALUES ({_placeholders(_SAMPLE_COLUMNS)})"
         self._write(
@@ -173,7 +176,7 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: prune failed: {exc}") from exc
 
-    # -- reads -------------------------------------------------------------------------------------------------
+    # -- reads -----------------------------------------------------------------------------------------------
     def recipes(self) -> dict[str, Recipe]:
         result: dict[str, Recipe] = {}
         for recipe_id, flags in self._query("SELECT recipe_id, flags FROM recipes"):
@@ -250,7 +253,11 @@ class SqliteStore:
             where += f" AND target IN ({_placeholders(targets)})"
             params.extend(targets)
         rows = self._query(f"SELECT ts, target, kind, detail FROM events WHERE {where} ORDER BY ts", params)
-        return [Event(float(str(ts)), str(t), kind, str(d or "")) for ts, t, kind, d in rows]  # type: ignore[arg-type]
+        # kind is one of EventKind by construction: only Event objects are ever written.
+        return [
+            Event(float(str(ts)), str(t), kind, str(d or ""))  # type: ignore[arg-type]
+            for ts, t, kind, d in rows
+        ]
 
     def count_samples(self) -> int:
         return int(str(self._query("SELECT COUNT(*) FROM samples")[0][0]))

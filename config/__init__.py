@@ -1,7 +1,7 @@
 """Fleet configuration: typed, frozen settings loaded from YAML and validated at start.
 
-Every setting is declared once (``config.settings``) with a default and a one-line help text; a bad file raises
-``ConfigError`` naming the file, the key, what was expected and what was found.
+Every setting is declared once (``config.settings``) with a default and a one-line help text; a bad file
+raises ``ConfigError`` naming the file, the key, what was expected and what was found.
 """
 
 from config.errors import ConfigError

@@ -41,7 +41,8 @@ def _error_from_validation(source: str, exc: ValidationError) -> ConfigError:
     found = first.get("input")
     message = first["msg"]
     if first["type"] == "extra_forbidden":
-        return ConfigError(source, key, "a known key", found, "no such setting; see the README's config reference")
+        hint = "no such setting; see the README's config reference"
+        return ConfigError(source, key, "a known key", found, hint)
     if first["type"] == "missing":
         return ConfigError(source, key, "this required key", "nothing")
     expected = message.removeprefix("Value error, ").removeprefix("Input should be ")
@@ -87,7 +88,11 @@ def load_targets_file(path: str | Path) -> tuple[Target, ...]:
 
 
 def load_config(path: str | Path) -> Config:
-    """Load and validate a fleet file; relative ``targets_file``/``store.path`` resolve against its folder."""
+    """Load and validate a fleet file; a relative ``targets_file`` resolves against the file's folder.
+
+    ``store.path`` stays relative to the working directory, so the default config and ``make run`` share one
+    history file wherever the config lives.
+    """
     path = Path(path)
     config = parse_config(_read_document(path), str(path))
     base = path.parent

@@ -19,7 +19,9 @@ def _check_http_url(value: str) -> str:
 
 class ScrapeSettings(_Settings):
     interval_s: float = Field(5.0, gt=0, le=3600, description="Seconds between scrape cycles.")
-    timeout_s: float = Field(3.0, gt=0, le=120, description="Per-request timeout (connect + whole body), seconds.")
+    timeout_s: float = Field(
+        3.0, gt=0, le=120, description="Per-request timeout (connect + whole body), seconds."
+    )
     max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=1024, description="A /metrics or /server_info body larger than this is refused."
     )
@@ -36,10 +38,13 @@ class ScrapeSettings(_Settings):
 
 class Target(_Settings):
     name: str = Field(min_length=1, max_length=200, description="Unique name of the SGLang server.")
-    url: str = Field(description="The server's base URL (http://host:port); /metrics and /server_info hang off it.")
+    url: str = Field(
+        description="The server's base URL (http://host:port); /metrics and /server_info hang off it."
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels, e.g. {deployment: east}.")
     bearer_token_env: str | None = Field(
-        None, description="Environment variable holding a bearer token for this server (never stored or shown)."
+        None,
+        description="Environment variable holding a bearer token for this server (never stored or shown).",
     )
 
     _url = field_validator("url")(_check_http_url)
@@ -50,18 +55,23 @@ class Target(_Settings):
 
 
 class StoreSettings(_Settings):
-    path: str = Field("data/history.sqlite", description="SQLite history file (WAL mode); created if missing.")
+    path: str = Field(
+        "data/history.sqlite", description="SQLite history file (WAL mode); created if missing."
+    )
     retention_h: float = Field(168.0, gt=0, description="Hours of history kept; older rows are pruned.")
 
 
 class AlertSettings(_Settings):
     webhook_urls: tuple[str, ...] = Field((), description="Receivers of Alertmanager-format webhook JSON.")
-    alertmanager_url: str | None = Field(None, description="Alertmanager base URL; alerts POSTed to /api/v2/alerts.")
+    alertmanager_url: str | None = Field(
+        None, description="Alertmanager base URL; alerts POSTed to /api/v2/alerts."
+    )
     evaluation_interval_s: float | None = Field(
         None, gt=0, description="Seconds between rule evaluations (default: the scrape interval)."
     )
     rules: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Per-rule overrides: alerts.rules.<RuleName>.<key>; names are fixed."
+        default_factory=dict,
+        description="Per-rule overrides: alerts.rules.<RuleName>.<key>; names are fixed.",
     )
 
     @field_validator("webhook_urls")
@@ -78,9 +88,17 @@ class AlertSettings(_Settings):
 class PrometheusSettings(_Settings):
     url: str = Field(description="Base URL of the fleet's Prometheus-compatible query API.")
     bearer_token_env: str | None = Field(None, description="Environment variable holding a bearer token.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers sent with each query.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra HTTP headers sent with each query."
+    )
     selector: str = Field("", description='Label matchers picking the fleet\'s series, e.g. job="sglang".')
     timeout_s: float = Field(10.0, gt=0, description="Query timeout, seconds.")
+    rate_window_s: float | None = Field(
+        None,
+        gt=0,
+        le=86400,
+        description="rate() window, seconds (default max(4 × scrape.interval_s, 60)); cover ≥ 4 scrapes.",
+    )
 
     _url = field_validator("url")(_check_http_url)
 
@@ -88,7 +106,9 @@ class PrometheusSettings(_Settings):
 class SimSettings(_Settings):
     scenario: str = Field("demo", description="Simulated fleet scenario (sim/scenarios/<name>.yaml).")
     speed: float = Field(1.0, gt=0, le=1000, description="Simulated seconds per wall second.")
-    servers: int | None = Field(None, ge=1, le=2000, description="Number of servers (default: the scenario's).")
+    servers: int | None = Field(
+        None, ge=1, le=2000, description="Number of servers (default: the scenario's)."
+    )
     seed: int = Field(0, description="Random seed of the simulated workload.")
 
 
@@ -105,9 +125,13 @@ class Config(_Settings):
     targets_file: str | None = Field(None, description="JSON/YAML list of targets, re-read when it changes.")
     store: StoreSettings = Field(default_factory=StoreSettings, description="History storage.")
     alerts: AlertSettings = Field(default_factory=AlertSettings, description="Alert rules and receivers.")
-    prometheus: PrometheusSettings | None = Field(None, description="The fleet's Prometheus (source: prometheus).")
+    prometheus: PrometheusSettings | None = Field(
+        None, description="The fleet's Prometheus (source: prometheus)."
+    )
     sim: SimSettings | None = Field(None, description="Start a simulated fleet in-process and scrape it.")
-    exporter: ExporterSettings = Field(default_factory=ExporterSettings, description="The collector's /metrics.")
+    exporter: ExporterSettings = Field(
+        default_factory=ExporterSettings, description="The collector's /metrics."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:

@@ -1,0 +1,195 @@
+"""Fleet benchmark: one collector against 500 loopback servers serving the golden SGLang body.
+
+The servers run in a subprocess (asyncio, one listening port each), so the collector's CPU and RSS are its
+own. Reported per cycle: CPU seconds (all collector threads), wall seconds, and peak RSS, plus the same cycle
+done as a bare fetch (same session and thread pool, no parse/derive/store) as the in-run baseline. Targets: a
+500-server cycle within 2 s wall on 2 cores; peak RSS < 300 MB. ``SPECWATCH_BENCH_SERVERS`` and
+``SPECWATCH_BENCH_CYCLES`` override the sizes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from collectors.runner import Collector
+from collectors.store import SqliteStore
+from collectors.transport import make_session
+from config import Config, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
+SERVER_INFO = {
+    "served_model_name": "moonshotai/Kimi-K3",
+    "version": "0.5.23",
+    "speculative_algorithm": "DSPARK",
+    "speculative_dspark_block_size": 3,
+    "max_running_requests": 48,
+}
+TARGET_WALL_S = 2.0
+TARGET_RSS_MB = 300.0
+
+
+# -- the servers (subprocess) --------------------------------------------------------------------------------
+def _response(body: bytes, content_type: bytes, status: bytes = b"200 OK") -> bytes:
+    return (
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type
+        + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )  # fmt: skip
+
+
+async def _serve(count: int) -> None:
+    responses = {
+        b"/metrics": _response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
+        b"/server_info": _response(json.dumps(SERVER_INFO).encode(), b"application/json"),
+    }
+    not_found = _response(b"not found", b"text/plain", b"404 Not Found")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: one connection serves every cycle
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1]
+                writer.write(responses.get(path, not_found))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+    servers = [await asyncio.start_server(handle, "127.0.0.1", 0, backlog=128) for _ in range(count)]
+    print(json.dumps([server.sockets[0].getsockname()[1] for server in servers]), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+
+
+def _process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- the collector (this process) ----------------------------------------------------------------------------
+def _config(ports: list[int], store_path: str) -> Config:
+    return parse_config(
+        {
+            "scrape": {"interval_s": 5, "timeout_s": 3},
+            "targets": [
+                {"name": f"k3-{i:03d}", "url": f"http://127.0.0.1:{port}"} for i, port in enumerate(ports)
+            ],
+            "store": {"path": store_path},
+            "exporter": {"listen": None},
+        }
+    )
+
+
+def _measure(cycle: object, cycles: int, server_pid: int) -> dict[str, float]:
+    walls, cpus = [], []
+    server_cpu = _process_cpu_s(server_pid)
+    for _ in range(cycles):
+        wall, cpu = time.perf_counter(), time.process_time()
+        cycle()  # type: ignore[operator]
+        cpus.append(time.process_time() - cpu)
+        walls.append(time.perf_counter() - wall)
+    return {
+        "wall_s_per_cycle": statistics.mean(walls),
+        "wall_s_max": max(walls),
+        "cpu_s_per_cycle": statistics.mean(cpus),
+        "server_cpu_s_per_cycle": (_process_cpu_s(server_pid) - server_cpu) / cycles,
+    }
+
+
+def main() -> dict[str, object]:
+    count = int(os.environ.get("SPECWATCH_BENCH_SERVERS", "500"))
+    cycles = int(os.environ.get("SPECWATCH_BENCH_CYCLES", "5"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.bench_fleet", "--serve", str(count)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        ports = json.loads(server.stdout.readline())
+        with tempfile.TemporaryDirectory() as tmp:
+            rss_before_mb = _rss_mb()
+            store = SqliteStore(Path(tmp) / "history.sqlite")
+            config = _config(ports, str(Path(tmp) / "history.sqlite"))
+            with Collector(config, store) as collector:
+                warm = time.perf_counter()
+                first = collector.run_cycle()  # connects, reads every /server_info
+                warmup_s = time.perf_counter() - warm
+                collector_stats = _measure(collector.run_cycle, cycles, server.pid)
+                last = collector.latest()
+            peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rows = store.count_samples()
+            store.close()
+        up = sum(s.up for s in last)
+        assert up == count, f"only {up} of {count} targets up: {[s.error for s in last if not s.up][:3]}"
+        assert all(s.signals.accept_length == 2.91 for s in first)
+
+        # Baseline: the same GETs with the same session type and pool, bodies read, nothing else.
+        urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
+        with make_session(count) as session, ThreadPoolExecutor(config.scrape.concurrency) as pool:
+
+            def bare_cycle() -> None:
+                def fetch(url: str) -> int:
+                    return len(session.get(url, timeout=3).content)
+
+                assert all(pool.map(fetch, urls))
+
+            bare_cycle()
+            baseline_stats = _measure(bare_cycle, cycles, server.pid)
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=30)
+
+    def r(value: float) -> float:
+        return round(value, 3)
+
+    return {
+        "servers": count,
+        "cycles": cycles,
+        "concurrency": config.scrape.concurrency,
+        "warmup_cycle_wall_s": r(warmup_s),
+        "collector_wall_s_per_cycle": r(collector_stats["wall_s_per_cycle"]),
+        "collector_wall_s_max": r(collector_stats["wall_s_max"]),
+        "collector_cpu_s_per_cycle": r(collector_stats["cpu_s_per_cycle"]),
+        "servers_cpu_s_per_cycle": r(collector_stats["server_cpu_s_per_cycle"]),
+        "bare_fetch_wall_s_per_cycle": r(baseline_stats["wall_s_per_cycle"]),
+        "bare_fetch_cpu_s_per_cycle": r(baseline_stats["cpu_s_per_cycle"]),
+        "wall_ratio_vs_bare_fetch": r(
+            collector_stats["wall_s_per_cycle"] / baseline_stats["wall_s_per_cycle"]
+        ),
+        "cpu_ratio_vs_bare_fetch": r(collector_stats["cpu_s_per_cycle"] / baseline_stats["cpu_s_per_cycle"]),
+        "rss_before_collector_mb": round(rss_before_mb, 1),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+        "history_rows_written": rows,
+        "target_wall_s": TARGET_WALL_S,
+        "target_peak_rss_mb": TARGET_RSS_MB,
+        "meets_targets": collector_stats["wall_s_max"] <= TARGET_WALL_S and peak_rss_mb < TARGET_RSS_MB,
+        "cores": os.cpu_count(),
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        asyncio.run(_serve(int(sys.argv[2])))
+    else:
+        print(json.dumps(main(), indent=2))

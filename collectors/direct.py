@@ -1,0 +1,185 @@
+"""The direct source: scrape every SGLang server's /metrics concurrently and derive its signals.
+
+A bounded thread pool scrapes the targets; each has its own deadline, and targets that timed out last cycle
+are started last, so a wave of dead servers cannot hold up the live ones. /server_info is read at start, after
+a restart (a counter went down), after the target was down, and every few minutes in case a restart went
+unnoticed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import requests
+
+from collectors.derive import CounterState, derive_signals, detect_reset
+from collectors.errors import ScrapeError, ScrapeTimeout
+from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.scrape import Fetcher, scrape_metrics
+from collectors.server_info import fetch_recipe
+from config import ScrapeSettings, Target
+
+log = logging.getLogger(__name__)
+
+RECIPE_REFRESH_S = 300.0  # re-read /server_info this often even when no restart was seen
+RECIPE_RETRY_S = 60.0  # after /server_info failed: do not hammer a server that lacks it
+_MAX_NOTES = 3
+
+
+@dataclass
+class _TargetState:
+    """Mutable per-target state; only the worker scraping that target touches it during a cycle."""
+
+    target: Target
+    counters: CounterState | None = None
+    recipe: Recipe | None = None
+    recipe_due: float = 0.0  # monotonic time /server_info is next read (0 = at the next successful scrape)
+    recipe_error: str | None = None
+    timed_out: bool = False
+
+
+class DirectSource:
+    """``Source`` that scrapes SGLang servers itself."""
+
+    def __init__(
+        self,
+        settings: ScrapeSettings,
+        targets: Sequence[Target],
+        *,
+        session: requests.Session,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._fetcher = Fetcher(session, settings, monotonic=monotonic, environ=environ)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.concurrency, thread_name_prefix="specwatch-scrape"
+        )
+        self._states: dict[str, _TargetState] = {}
+        self._events: list[Event] = []
+        self._events_lock = threading.Lock()
+        self.update_targets(targets)
+
+    def update_targets(self, targets: Sequence[Target]) -> None:
+        states: dict[str, _TargetState] = {}
+        for target in targets:
+            old = self._states.get(target.name)
+            # Same name, different URL or token: a different server, so no counter history carries over.
+            states[target.name] = old if old is not None and old.target == target else _TargetState(target)
+        self._states = states
+
+    def recipe(self, target: str) -> Recipe | None:
+        state = self._states.get(target)
+        return state.recipe if state is not None else None
+
+    def drain_events(self) -> list[Event]:
+        with self._events_lock:
+            events, self._events = self._events, []
+        return events
+
+    def collect(self, now: float) -> list[TargetSnapshot]:
+        """Scrape every target once; ``now`` is the cycle start (each snapshot carries its own end time)."""
+        states = list(self._states.values())
+        order = sorted(states, key=lambda state: state.timed_out)  # stable: config order within each group
+        futures = {state.target.name: self._pool.submit(self._scrape_safely, state) for state in order}
+        return [futures[state.target.name].result() for state in states]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- one target ------------------------------------------------------------------------------------------
+    def _scrape_safely(self, state: _TargetState) -> TargetSnapshot:
+        started = self._monotonic()
+        try:
+            return self._scrape(state, started)
+        except Exception as exc:  # a bug here must cost one target one cycle, never the loop
+            log.exception("scraping %s failed unexpectedly", state.target.name)
+            return self._down(
+                state, started, f"{state.target.name}: internal error: {type(exc).__name__}: {exc}"
+            )
+
+    def _down(self, state: _TargetState, started: float, error: str) -> TargetSnapshot:
+        return TargetSnapshot(
+            target=state.target.name,
+            ts=self._clock(),
+            up=False,
+            error=error,
+            recipe_id=state.recipe.recipe_id if state.recipe is not None else None,
+            deployment=state.target.deployment,
+            scrape_duration_s=self._monotonic() - started,
+        )
+
+    def _scrape(self, state: _TargetState, started: float) -> TargetSnapshot:
+        target = state.target
+        deadline = started + self._settings.timeout_s
+        try:
+            exposition, _ = scrape_metrics(self._fetcher, target, deadline=deadline)
+        except ScrapeError as exc:
+            state.timed_out = isinstance(exc, ScrapeTimeout)
+            state.recipe_due = 0.0  # it may come back as a restarted server: re-read its recipe then
+            return self._down(state, started, str(exc))
+        state.timed_out = False
+        ts = self._clock()
+
+        reset = detect_reset(exposition.values, state.counters)
+        if reset and state.counters is not None:
+            name = reset[0]
+            self._record(
+                Event(
+                    ts,
+                    target.name,
+                    "restart",
+                    f"counters went down ({name} fell from {state.counters.values[name]:g} to "
+                    f"{exposition.values[name]:g}): the server restarted",
+                )
+            )
+            state.recipe_due = 0.0
+        if self._monotonic() >= state.recipe_due:
+            self._refresh_recipe(state, deadline)
+
+        derivation = derive_signals(exposition.values, ts, state.counters, state.recipe)
+        state.counters = derivation.state
+        problems = list(exposition.notes[:_MAX_NOTES])
+        if len(exposition.notes) > _MAX_NOTES:
+            problems.append(f"and {len(exposition.notes) - _MAX_NOTES} more notes")
+        if state.recipe_error is not None:
+            problems.append(
+                f"recipe {'unknown' if state.recipe is None else 'not refreshed'}: {state.recipe_error}"
+            )
+        return TargetSnapshot(
+            target=target.name,
+            ts=ts,
+            up=True,
+            error=f"{target.name}: " + "; ".join(problems) if problems else None,
+            signals=derivation.signals,
+            recipe_id=state.recipe.recipe_id if state.recipe is not None else None,
+            deployment=target.deployment,
+            scrape_duration_s=self._monotonic() - started,
+        )
+
+    def _refresh_recipe(self, state: _TargetState, deadline: float) -> None:
+        if deadline - self._monotonic() <= 0.05 * self._settings.timeout_s:
+            return  # no time left this cycle; try again at the next one
+        try:
+            state.recipe = fetch_recipe(self._fetcher, state.target, deadline=deadline)
+        except ScrapeError as exc:
+            state.recipe_error = str(exc).removeprefix(f"{state.target.name}: ")
+            state.recipe_due = self._monotonic() + RECIPE_RETRY_S
+            return
+        state.recipe_error = None
+        # Spread the periodic refreshes of a big fleet over time instead of all in one cycle.
+        jitter = zlib.crc32(state.target.name.encode()) % 1000 / 1000
+        state.recipe_due = self._monotonic() + RECIPE_REFRESH_S * (0.75 + 0.5 * jitter)
+
+    def _record(self, event: Event) -> None:
+        with self._events_lock:
+            self._events.append(event)

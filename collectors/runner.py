@@ -1,0 +1,394 @@
+"""The collector loop: one cycle = collect every target, record events, append history, notify observers.
+
+Nothing a target or the store does can stop the loop: bad targets become per-target errors, a failing store
+keeps its unwritten rows in memory (bounded) until it recovers, and an exception in a cycle or an observer is
+logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from collectors.errors import StoreError
+from collectors.model import RECIPE_FLAGS, Event, Recipe, TargetSnapshot
+from collectors.source import Source, make_source
+from collectors.store import HistoryStore
+from collectors.transport import ensure_pool_capacity, make_session
+from config import Config, ConfigError, Target, load_targets_file
+
+log = logging.getLogger(__name__)
+
+CycleObserver = Callable[[Sequence[TargetSnapshot], Sequence[Event]], None]
+
+MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈ 8 min of a 500-server fleet)
+MAX_PENDING_EVENTS = 10_000
+PRUNE_EVERY_S = 600.0
+_STORE_LOG_EVERY_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetHealth:
+    """How scraping one target is going, as of the last cycle."""
+
+    target: str
+    up: bool
+    error: str | None
+    scrape_duration_s: float | None
+    last_success_ts: float | None
+    staleness_s: float | None  # seconds since the last successful scrape (None: never scraped successfully)
+    consecutive_failures: int
+    recipe_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorHealth:
+    """How the collector itself is going: cycles, the store, the targets file, and every target."""
+
+    cycles: int
+    last_cycle_ts: float | None
+    last_cycle_duration_s: float | None
+    store_error: str | None  # the last store failure in words; None once writes succeed again
+    pending_rows: int  # snapshots waiting in memory for the store
+    dropped_rows: int  # snapshots dropped because the store failed for too long
+    config_error: str | None  # the last targets_file reload failure; None once a reload succeeds
+    targets: tuple[TargetHealth, ...]
+
+
+def describe_recipe_change(old: Recipe, new: Recipe) -> str:
+    before, after = old.as_dict(), new.as_dict()
+    changes = [
+        f"{flag} {before.get(flag)} → {after.get(flag)}"
+        for flag in RECIPE_FLAGS
+        if before.get(flag) != after.get(flag)
+    ]
+    return f"{old.recipe_id} → {new.recipe_id}: " + ", ".join(changes)
+
+
+def _file_signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+class Collector:
+    """Scrapes the fleet every ``scrape.interval_s``, keeps history, and tells observers about each cycle."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: HistoryStore,
+        *,
+        session: requests.Session | None = None,
+        clock: Callable[[], float] = time.time,
+        observers: Sequence[CycleObserver] = (),
+        source: Source | None = None,
+        max_pending_rows: int = MAX_PENDING_ROWS,
+    ) -> None:
+        self._config = config
+        self._max_pending_rows = max_pending_rows
+        self._store = store
+        self._clock = clock
+        self._observers: list[CycleObserver] = list(observers)
+        self._cycle_lock = threading.Lock()
+
+        # Targets: the inline ones plus the targets_file, which is re-read when it changes.
+        self._file_sig: tuple[int, int, int] | None = None
+        file_targets: tuple[Target, ...] = ()
+        if config.targets_file:
+            self._file_sig = _file_signature(config.targets_file)
+            file_targets = load_targets_file(config.targets_file)
+        file_names = {t.name for t in file_targets}
+        self._inline_targets = tuple(t for t in config.targets if t.name not in file_names)
+        self._targets: tuple[Target, ...] = self._inline_targets + file_targets
+
+        self._own_session = session is None
+        self._session = session if session is not None else make_session(len(self._targets))
+        try:
+            self._source = (
+                source
+                if source is not None
+                else make_source(config, self._targets, session=self._session, clock=clock)
+            )
+        except BaseException:
+            if self._own_session:
+                self._session.close()
+            raise
+
+        # Per-target bookkeeping (touched only under the cycle lock; readers get replaced copies).
+        self._last_up: dict[str, bool] = {}
+        self._recipes: dict[str, Recipe] = {}
+        self._last_success: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+        self._latest: tuple[TargetSnapshot, ...] = ()
+        self._health_targets: tuple[TargetHealth, ...] = ()
+
+        # Store bookkeeping.
+        self._pending_rows: deque[TargetSnapshot] = deque()
+        self._pending_events: deque[Event] = deque()
+        self._pending_recipes: dict[str, tuple[Recipe, float]] = {}
+        self._stored_recipe_ids: set[str] = set()
+        self._dropped_rows = 0
+        self._store_error: str | None = None
+        self._store_logged_at = float("-inf")
+        self._next_prune = 0.0
+        self._config_error: str | None = None
+        self._config_events: list[Event] = []
+
+        self._cycles = 0
+        self._last_cycle_ts: float | None = None
+        self._last_cycle_duration_s: float | None = None
+
+    # -- read side (any thread) -----------------------------------------------------------------------------
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """The current targets; a changed targets_file is picked up here or at the next cycle."""
+        if self._cycle_lock.acquire(blocking=False):
+            try:
+                self._refresh_targets()
+            finally:
+                self._cycle_lock.release()
+        return self._targets
+
+    def recipe(self, target: str) -> Recipe | None:
+        """The recipe in force for ``target`` (None until its /server_info was read)."""
+        return self._recipes.get(target)
+
+    def latest(self) -> tuple[TargetSnapshot, ...]:
+        """The snapshots of the last cycle, in target order."""
+        return self._latest
+
+    def health(self) -> CollectorHealth:
+        return CollectorHealth(
+            cycles=self._cycles,
+            last_cycle_ts=self._last_cycle_ts,
+            last_cycle_duration_s=self._last_cycle_duration_s,
+            store_error=self._store_error,
+            pending_rows=len(self._pending_rows),
+            dropped_rows=self._dropped_rows,
+            config_error=self._config_error,
+            targets=self._health_targets,
+        )
+
+    def add_observer(self, observer: CycleObserver) -> None:
+        self._observers.append(observer)
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    def run_cycle(self) -> list[TargetSnapshot]:
+        """Scrape all targets concurrently, derive, append to the store, record events, call the observers."""
+        with self._cycle_lock:
+            started = time.monotonic()
+            self._refresh_targets()
+            now = self._clock()
+            snapshots = self._source.collect(now)
+            events = self._source.drain_events() + self._config_events
+            self._config_events = []
+            events += self._track(snapshots, now)
+            self._queue(snapshots, events)
+            self._flush_locked()
+            self._prune_if_due(now)
+            self._latest = tuple(snapshots)
+            self._cycles += 1
+            self._last_cycle_ts = now
+            self._last_cycle_duration_s = time.monotonic() - started
+        for observer in list(self._observers):
+            try:
+                observer(snapshots, events)
+            except Exception:
+                log.exception("cycle observer %r failed; the collector carries on", observer)
+        return snapshots
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """A cycle every ``scrape.interval_s`` until ``stop`` is set; then flush what the store still owes."""
+        interval_s = self._config.scrape.interval_s
+        next_start = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.run_cycle()
+            except Exception:
+                log.exception("collector cycle failed; the next cycle runs as planned")
+            next_start += interval_s
+            now = time.monotonic()
+            if next_start < now:
+                log.warning(
+                    "a cycle took longer than scrape.interval_s (%.1f s); starting the next one now",
+                    interval_s,
+                )
+                next_start = now
+            stop.wait(next_start - now)
+        self.flush()
+
+    def flush(self) -> bool:
+        """Try to write everything pending; True when nothing is left in memory."""
+        with self._cycle_lock:
+            return self._flush_locked()
+
+    def close(self) -> None:
+        """Flush, stop the scrape threads and (if this collector made it) close the HTTP session."""
+        self.flush()
+        self._source.close()
+        if self._own_session:
+            self._session.close()
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- targets --------------------------------------------------------------------------------------------
+    def _refresh_targets(self) -> None:
+        path = self._config.targets_file
+        if not path:
+            return
+        signature = _file_signature(path)
+        if signature == self._file_sig:
+            return
+        self._file_sig = signature
+        try:
+            file_targets = load_targets_file(path)
+            clash = sorted({t.name for t in file_targets} & {t.name for t in self._inline_targets})
+            if clash:
+                raise ConfigError(path, "name", "names not already used by the config's targets", clash)
+        except ConfigError as exc:
+            if str(exc) != self._config_error:
+                log.error(
+                    "targets_file not reloaded, keeping the previous %d targets: %s", len(self._targets), exc
+                )
+                self._config_events.append(
+                    Event(self._clock(), "", "config", f"targets_file not reloaded: {exc}")
+                )
+            self._config_error = str(exc)
+            return
+        self._config_error = None
+        targets = self._inline_targets + file_targets
+        if targets == self._targets:
+            return
+        before, after = {t.name for t in self._targets}, {t.name for t in targets}
+        detail = (
+            f"targets_file reloaded: {len(targets)} targets (+{len(after - before)}, -{len(before - after)})"
+        )
+        log.info(detail)
+        self._config_events.append(Event(self._clock(), "", "config", detail))
+        self._targets = targets
+        if self._own_session:
+            ensure_pool_capacity(self._session, len(targets))
+        self._source.update_targets(targets)
+
+    # -- events and health ----------------------------------------------------------------------------------
+    def _track(self, snapshots: Sequence[TargetSnapshot], now: float) -> list[Event]:
+        """up/down and recipe_change events; per-target health; recipes to store."""
+        events: list[Event] = []
+        names = {s.target for s in snapshots}
+        for book in (self._last_up, self._last_success, self._failures):
+            for gone in set(book) - names:
+                del book[gone]
+        recipes = {name: recipe for name, recipe in self._recipes.items() if name in names}
+        health: list[TargetHealth] = []
+        for snap in snapshots:
+            was_up = self._last_up.get(snap.target)
+            if snap.up and was_up is False:
+                events.append(Event(snap.ts, snap.target, "up", "scrapes succeed again"))
+            elif not snap.up and was_up is not False:
+                events.append(Event(snap.ts, snap.target, "down", snap.error or "scrape failed"))
+            self._last_up[snap.target] = snap.up
+            if snap.up:
+                self._last_success[snap.target] = snap.ts
+                self._failures[snap.target] = 0
+            else:
+                self._failures[snap.target] = self._failures.get(snap.target, 0) + 1
+
+            recipe = self._source.recipe(snap.target)
+            if recipe is not None:
+                old = recipes.get(snap.target)
+                if old is not None and old.recipe_id != recipe.recipe_id:
+                    events.append(
+                        Event(snap.ts, snap.target, "recipe_change", describe_recipe_change(old, recipe))
+                    )
+                if recipe.recipe_id not in self._stored_recipe_ids:
+                    self._pending_recipes.setdefault(recipe.recipe_id, (recipe, snap.ts))
+                recipes[snap.target] = recipe
+
+            last_success = self._last_success.get(snap.target)
+            health.append(
+                TargetHealth(
+                    target=snap.target,
+                    up=snap.up,
+                    error=snap.error,
+                    scrape_duration_s=snap.scrape_duration_s,
+                    last_success_ts=last_success,
+                    staleness_s=now - last_success if last_success is not None else None,
+                    consecutive_failures=self._failures[snap.target],
+                    recipe_id=snap.recipe_id,
+                )
+            )
+        self._recipes = recipes
+        self._health_targets = tuple(health)
+        return events
+
+    # -- store ----------------------------------------------------------------------------------------------
+    def _queue(self, snapshots: Sequence[TargetSnapshot], events: Sequence[Event]) -> None:
+        for snap in snapshots:
+            if len(self._pending_rows) >= self._max_pending_rows:
+                self._pending_rows.popleft()  # the oldest go first: recent history matters most on recovery
+                self._dropped_rows += 1
+            self._pending_rows.append(snap)
+        for event in events:
+            if len(self._pending_events) >= MAX_PENDING_EVENTS:
+                self._pending_events.popleft()
+            self._pending_events.append(event)
+
+    def _flush_locked(self) -> bool:
+        try:
+            for recipe_id, (recipe, ts) in list(self._pending_recipes.items()):
+                self._store.put_recipe(recipe, ts)
+                del self._pending_recipes[recipe_id]
+                self._stored_recipe_ids.add(recipe_id)
+            if self._pending_events:
+                self._store.add_events(list(self._pending_events))
+                self._pending_events.clear()
+            if self._pending_rows:
+                self._store.append(list(self._pending_rows))
+                self._pending_rows.clear()
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            self._store_failed(exc)
+            return False
+        if self._store_error is not None:
+            log.warning("history store writes succeed again; the rows kept in memory are written")
+            self._store_error = None
+        return True
+
+    def _store_failed(self, exc: BaseException) -> None:
+        message = str(exc) if isinstance(exc, StoreError) else f"history store write failed: {exc}"
+        now = time.monotonic()
+        if message != self._store_error or now - self._store_logged_at >= _STORE_LOG_EVERY_S:
+            log.error(
+                "%s; keeping %d rows in memory (at most %d) and retrying each cycle",
+                message,
+                len(self._pending_rows),
+                self._max_pending_rows,
+            )
+            self._store_logged_at = now
+        self._store_error = message
+
+    def _prune_if_due(self, now: float) -> None:
+        if time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + PRUNE_EVERY_S
+        try:
+            removed = self._store.prune(now - self._config.store.retention_h * 3600.0)
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            self._store_failed(exc)
+            return
+        if removed:
+            log.info("pruned %d history rows older than %g h", removed, self._config.store.retention_h)

@@ -1,0 +1,237 @@
+"""Fetch one URL of one target with a hard deadline and a body-size cap; translate every failure in one place.
+
+Each error message names the target and says what to check (timeout, refused, HTTP status, not Prometheus
+text, body too large). The bearer token is read from the environment variable the target names, and never
+appears in a message or a log line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+import urllib3.exceptions
+
+from collectors.errors import (
+    BadExposition,
+    HTTPStatusError,
+    Oversize,
+    ScrapeError,
+    ScrapeTimeout,
+    Unreachable,
+)
+from collectors.exposition import Exposition, parse_exposition
+from collectors.transport import WATCHDOG
+from config import ScrapeSettings, Target
+
+# Plain text only: prometheus_client (which serves SGLang's /metrics) picks OpenMetrics whenever the header
+# merely mentions it, whatever the q-values, and ≥ 0.23 then renames sglang:* to sglang_*. The parser reads
+# both anyway.
+METRICS_ACCEPT = "text/plain;version=0.0.4,*/*;q=0.1"
+_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    url: str  # without any userinfo
+    status: int
+    content_type: str
+    body: bytes
+    duration_s: float
+
+
+def safe_url(url: str) -> str:
+    """The URL without ``user:password@`` so it can go into messages and logs."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _status_hint(status: int, path: str, target: Target) -> str:
+    if status in (401, 403):
+        if target.bearer_token_env:
+            return f"check the bearer token in ${target.bearer_token_env}"
+        return "the server wants credentials: set bearer_token_env for this target"
+    if status == 404 and path == "/metrics":
+        return "is the server started with --enable-metrics?"
+    if status == 404:
+        return "check the URL is the SGLang server's base URL"
+    if status == 503:
+        return "the server is starting, shutting down or overloaded"
+    if status >= 500:
+        return "the server is failing; check its logs"
+    return "check the URL"
+
+
+def _describe_connection_error(exc: BaseException) -> str:
+    """The root cause of a requests ConnectionError, in words."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused; check the server is running and the port is right"
+        if isinstance(cause, urllib3.exceptions.NameResolutionError):
+            return "cannot resolve the host name; check the URL"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset by the server; check it is healthy"
+        if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
+            cause = cause.reason
+            continue
+        cause = cause.__cause__ or cause.__context__ or (cause.args[0] if cause.args else None)
+        if not isinstance(cause, BaseException):
+            break
+    text = str(exc)
+    if "RemoteDisconnected" in text or "closed connection" in text:
+        return "the server closed the connection without answering; check it is healthy"
+    return f"cannot connect ({type(exc).__name__}); check the server is running and reachable"
+
+
+class Fetcher:
+    """GETs ``<target.url><path>`` with keep-alive (the injected session), a deadline and a size cap."""
+
+    def __init__(
+        self,
+        session: requests.Session,
+        settings: ScrapeSettings,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self._session = session
+        self._settings = settings
+        self._monotonic = monotonic
+        self._environ = environ
+
+    @property
+    def timeout_s(self) -> float:
+        return self._settings.timeout_s
+
+    def _headers(self, target: Target, accept: str) -> dict[str, str]:
+        headers = {"Accept": accept}
+        if target.bearer_token_env:
+            environ = os.environ if self._environ is None else self._environ
+            token = environ.get(target.bearer_token_env, "")
+            if not token:
+                raise ScrapeError(
+                    f"{target.name}: environment variable {target.bearer_token_env} (bearer_token_env) is "
+                    "not set or empty in the collector's environment; set it or remove bearer_token_env"
+                )
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def get(
+        self, target: Target, path: str, *, deadline: float | None = None, accept: str = "*/*"
+    ) -> Fetched:
+        """The whole answer within the deadline (default: now + timeout_s), or a ``ScrapeError`` in words."""
+        started = self._monotonic()
+        if deadline is None:
+            deadline = started + self._settings.timeout_s
+        url = target.url + path
+        shown = safe_url(url)
+        headers = self._headers(target, accept)
+        remaining = deadline - started
+        if remaining <= 0:
+            raise ScrapeTimeout(f"{target.name}: no time left to fetch {shown} within scrape.timeout_s")
+        verify: bool | str = self._settings.ca_bundle or self._settings.verify_tls
+        with WATCHDOG.scope(deadline) as scope:
+            try:
+                response = self._session.get(
+                    url, headers=headers, timeout=(remaining, remaining), stream=True, verify=verify
+                )
+                try:
+                    status = response.status_code
+                    if not 200 <= status < 300:
+                        reason = response.reason or _phrase(status)
+                        raise HTTPStatusError(
+                            f"{target.name}: {shown} answered HTTP {status} {reason}".rstrip()
+                            + f"; {_status_hint(status, path, target)}",
+                            status=status,
+                        )
+                    body = self._read_body(response, target, shown, deadline)
+                    content_type = response.headers.get("Content-Type", "")
+                finally:
+                    response.close()
+            except ScrapeError:
+                raise
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                raise self._translate(exc, target, shown, scope.expired) from exc
+        return Fetched(shown, status, content_type, body, self._monotonic() - started)
+
+    def _read_body(self, response: requests.Response, target: Target, shown: str, deadline: float) -> bytes:
+        cap = self._settings.max_body_bytes
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise Oversize(
+                f"{target.name}: {shown} announced a {int(declared)}-byte body, over scrape.max_body_bytes "
+                f"({cap}); body too large — raise the cap if this is expected"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_content(_CHUNK_BYTES):
+            size += len(chunk)
+            if size > cap:
+                raise Oversize(
+                    f"{target.name}: {shown} sent more than scrape.max_body_bytes ({cap} bytes); body too "
+                    "large — raise the cap if this is expected"
+                )
+            chunks.append(chunk)
+            if self._monotonic() > deadline:
+                raise self._timeout(target, shown)
+        return b"".join(chunks)
+
+    def _timeout(self, target: Target, shown: str) -> ScrapeTimeout:
+        return ScrapeTimeout(
+            f"{target.name}: no complete answer from {shown} within {self._settings.timeout_s:g} s "
+            "(timeout); check the server is alive and not overloaded, or raise scrape.timeout_s"
+        )
+
+    def _translate(self, exc: BaseException, target: Target, shown: str, expired: bool) -> ScrapeError:
+        """The one place a transport failure becomes a ScrapeError."""
+        if expired or isinstance(exc, requests.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
+            return self._timeout(target, shown)
+        if isinstance(exc, requests.exceptions.SSLError):
+            return Unreachable(
+                f"{target.name}: TLS handshake with {shown} failed; "
+                "check scrape.verify_tls / scrape.ca_bundle"
+            )
+        if isinstance(exc, requests.exceptions.ContentDecodingError):
+            return BadExposition(
+                f"{target.name}: {shown} sent a body that does not decompress (bad gzip/deflate)"
+            )
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError):
+            return BadExposition(
+                f"{target.name}: truncated body from {shown}: the connection closed mid-answer; "
+                "check the server (or a proxy) is not crashing or cutting responses"
+            )
+        if isinstance(exc, requests.exceptions.InvalidURL | requests.exceptions.MissingSchema):
+            return ScrapeError(f"{target.name}: invalid URL {shown}; check the target's url")
+        if isinstance(exc, requests.ConnectionError | OSError):
+            return Unreachable(f"{target.name}: {shown}: {_describe_connection_error(exc)}")
+        return ScrapeError(f"{target.name}: {shown}: {type(exc).__name__}; check the server")
+
+
+def scrape_metrics(
+    fetcher: Fetcher, target: Target, *, deadline: float | None = None
+) -> tuple[Exposition, Fetched]:
+    """GET /metrics and read the samples the signals need; ``BadExposition`` names the target."""
+    fetched = fetcher.get(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
+    try:
+        exposition = parse_exposition(fetched.body, content_type=fetched.content_type)
+    except BadExposition as exc:
+        raise BadExposition(f"{target.name}: {fetched.url} is not Prometheus text: {exc}") from None
+    return exposition, fetched

@@ -1,0 +1,89 @@
+"""The recipe of a server: SGLang's /server_info (or /get_server_info before 0.5.6) JSON → ``Recipe``.
+
+Only the flags that matter are kept (``model.RECIPE_FLAGS``), with SGLang's renames folded in:
+``cuda_graph_max_bs`` became ``cuda_graph_max_bs_decode`` in 0.5.14, and the model is ``served_model_name`` or
+else ``model_path``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from collectors.errors import BadServerInfo, HTTPStatusError
+from collectors.model import RECIPE_FLAGS, FlagValue, Recipe
+from collectors.scrape import Fetcher
+from config import Target
+
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+# Recipe flag → the /server_info keys that can carry it, first found wins.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "model": ("served_model_name", "model_path"),
+    "cuda_graph_max_bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"),
+}
+# Keys whose presence says "this is an SGLang server-info object".
+_IDENTIFYING = ("version", "model_path", "served_model_name", "tp_size", "speculative_algorithm")
+
+
+def _flag_value(value: Any) -> FlagValue:
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    # A list or dict flag (rare): a compact, stable text form keeps the recipe id deterministic.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def recipe_from_server_info(info: Mapping[str, Any]) -> Recipe:
+    """Recipe of a parsed /server_info object (top-level keys, else the first DP rank's internal state)."""
+    internal = info.get("internal_states")
+    rank0: Mapping[str, Any] = (
+        internal[0] if isinstance(internal, list) and internal and isinstance(internal[0], dict) else {}
+    )
+    flags: dict[str, FlagValue] = {}
+    for flag in RECIPE_FLAGS:
+        value: Any = None
+        for key in _SOURCES.get(flag, (flag,)):
+            value = info.get(key)
+            if value is None:
+                value = rank0.get(key)
+            if value is not None and value != "":
+                break
+        flags[flag] = _flag_value(value)
+    return Recipe.from_flags(flags)
+
+
+def parse_server_info(body: bytes) -> dict[str, Any]:
+    """The JSON object of a /server_info body; ``BadServerInfo`` (words, no target) for anything else."""
+    head = body[:200].lstrip()
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError:
+        raise BadServerInfo("binary data, not JSON") from None
+    except json.JSONDecodeError as exc:
+        if head.startswith(b"<"):
+            raise BadServerInfo("an HTML page, not JSON") from None
+        raise BadServerInfo(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise BadServerInfo(f"JSON {type(data).__name__}, not an object")
+    if not any(key in data for key in _IDENTIFYING):
+        raise BadServerInfo("a JSON object without SGLang server-info fields (no version, model_path, ...)")
+    return data
+
+
+def fetch_recipe(fetcher: Fetcher, target: Target, *, deadline: float | None = None) -> Recipe:
+    """GET /server_info (falling back to /get_server_info on 404) and read the recipe from it."""
+    for index, path in enumerate(SERVER_INFO_PATHS):
+        try:
+            fetched = fetcher.get(target, path, deadline=deadline, accept="application/json")
+        except HTTPStatusError as exc:
+            if exc.status == 404 and index + 1 < len(SERVER_INFO_PATHS):
+                continue
+            raise
+        try:
+            return recipe_from_server_info(parse_server_info(fetched.body))
+        except BadServerInfo as exc:
+            raise BadServerInfo(
+                f"{target.name}: {fetched.url} returned {exc}; is this an SGLang server's base URL?"
+            ) from None
+    raise AssertionError("unreachable: the last path re-raises")  # pragma: no cover

@@ -1,0 +1,55 @@
+"""Where snapshots come from: the ``Source`` protocol the runner drives, and the factory that picks one from
+config.
+
+``direct`` scrapes each SGLang server (``collectors.direct``). A second source (the fleet's Prometheus) plugs
+in by implementing ``Source`` and adding a branch to ``make_source``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import requests
+
+from collectors.model import Event, Recipe, TargetSnapshot
+from config import Config, ConfigError, Target
+
+
+class Source(Protocol):
+    """Produces one snapshot per target per cycle, plus the recipe in force and source-specific events."""
+
+    def collect(self, now: float) -> list[TargetSnapshot]:
+        """One cycle: a snapshot per target (never raises for a bad target; ``up=False`` with an error)."""
+        ...
+
+    def recipe(self, target: str) -> Recipe | None: ...
+
+    def drain_events(self) -> list[Event]:
+        """Events found while collecting (e.g. ``restart``), each returned once."""
+        ...
+
+    def update_targets(self, targets: Sequence[Target]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def make_source(
+    config: Config,
+    targets: Sequence[Target],
+    *,
+    session: requests.Session,
+    clock: Callable[[], float] = time.time,
+) -> Source:
+    """The source ``config.source`` names."""
+    if config.source == "direct":
+        from collectors.direct import DirectSource
+
+        return DirectSource(config.scrape, targets, session=session, clock=clock)
+    raise ConfigError(
+        "<config>",
+        "source",
+        "'direct' (the Prometheus source is not available in this build yet)",
+        config.source,
+    )

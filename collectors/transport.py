@@ -1,0 +1,159 @@
+"""HTTP transport for scraping: a keep-alive ``requests.Session`` whose requests obey a whole-request
+deadline.
+
+urllib3's timeouts apply to each socket operation, so a server that trickles a byte at a time never times out.
+Here every connection registers its socket with one watchdog thread, which shuts the socket down when the
+request's deadline passes; that wakes the blocked read, and the caller reports a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+USER_AGENT = "specwatch-collector/0.1"
+
+
+class DeadlineScope:
+    """One request's deadline (monotonic seconds); ``expired`` is set when the watchdog had to cut it off."""
+
+    __slots__ = ("deadline", "done", "expired", "sock")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.expired = False
+        self.done = False
+        self.sock: socket.socket | None = None
+
+
+class DeadlineWatchdog:
+    """One daemon thread enforcing the deadlines of all in-flight requests of the process."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._heap: list[tuple[float, int, DeadlineScope]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+
+    @contextmanager
+    def scope(self, deadline: float) -> Iterator[DeadlineScope]:
+        """Requests made by this thread inside the block are cut off at ``deadline``."""
+        scope = DeadlineScope(deadline)
+        outer = getattr(self._local, "scope", None)
+        self._local.scope = scope
+        try:
+            yield scope
+        finally:
+            self._local.scope = outer
+            with self._cond:
+                scope.done = True
+                scope.sock = None
+
+    def attach(self, sock: socket.socket) -> None:
+        """Called by a connection (in the requesting thread) once its request is on the wire."""
+        scope: DeadlineScope | None = getattr(self._local, "scope", None)
+        if scope is None or scope.done:
+            return
+        with self._cond:
+            scope.sock = sock
+            heapq.heappush(self._heap, (scope.deadline, next(self._order), scope))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="specwatch-deadlines", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = self._clock()
+                while self._heap and (self._heap[0][2].done or self._heap[0][0] <= now):
+                    _, _, scope = heapq.heappop(self._heap)
+                    if scope.done or scope.sock is None:
+                        continue
+                    scope.expired = True
+                    # shutdown (not close) wakes a recv() blocked in the requesting thread.
+                    with contextlib.suppress(OSError):
+                        scope.sock.shutdown(socket.SHUT_RDWR)
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+
+
+WATCHDOG = DeadlineWatchdog()
+
+
+class _DeadlineHTTPConnection(HTTPConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        super().request(*args, **kwargs)
+        if self.sock is not None:
+            WATCHDOG.attach(self.sock)
+
+
+class _DeadlineHTTPSConnection(HTTPSConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        super().request(*args, **kwargs)
+        if self.sock is not None:
+            WATCHDOG.attach(self.sock)
+
+
+class _DeadlineHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _DeadlineHTTPConnection
+
+
+class _DeadlineHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _DeadlineHTTPSConnection
+
+
+class DeadlineAdapter(HTTPAdapter):
+    """A requests adapter whose connections report their sockets to ``WATCHDOG``; never retries."""
+
+    def __init__(self, *, pool_connections: int = 10, pool_maxsize: int = 4) -> None:
+        self.pool_connections = pool_connections
+        super().__init__(pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=0)
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _DeadlineHTTPPool, "https": _DeadlineHTTPSPool}
+
+
+def make_session(pool_connections: int = 10) -> requests.Session:
+    """A session for scraping ``pool_connections`` servers with keep-alive and hard deadlines.
+
+    ``trust_env`` is off: targets are reached directly (no proxy from the environment) and ``~/.netrc``
+    credentials are never sent to them.
+    """
+    session = requests.Session()
+    session.trust_env = False
+    session.headers["User-Agent"] = USER_AGENT
+    adapter = DeadlineAdapter(pool_connections=max(10, pool_connections))
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def ensure_pool_capacity(session: requests.Session, targets: int) -> None:
+    """Grow a ``make_session`` session's pool cache so every target keeps its keep-alive connection.
+
+    Call between cycles only: the replaced adapter's idle connections are closed.
+    """
+    adapter = session.get_adapter("http://")
+    if not isinstance(adapter, DeadlineAdapter) or adapter.pool_connections >= targets:
+        return
+    bigger = DeadlineAdapter(pool_connections=targets)
+    session.mount("http://", bigger)
+    session.mount("https://", bigger)
+    adapter.close()
