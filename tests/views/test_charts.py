@@ -1,0 +1,170 @@
+"""Chart builders are pure: build each from a DataFrame, read what the browser gets from ``to_dict()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from views import analysis_charts, charts
+from views.fraction import FractionRatio, FractionSummary
+from views.shell import MAX_POINTS_PER_SERIES
+
+
+def series(n: int, **columns: Any) -> pd.DataFrame:
+    ts = 1_800_000_000 + 5.0 * np.arange(n)
+    return pd.DataFrame({"time": pd.to_datetime(ts, unit="s", utc=True), **columns})
+
+
+def layers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return spec.get("layer", [spec])
+
+
+def rows(spec: dict[str, Any], layer: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(spec["datasets"][layer["data"]["name"]])
+
+
+def test_line_chart_has_units_and_never_sends_more_than_the_cap() -> None:
+    n = 5000
+    frame = series(n, accept_length=np.linspace(2.0, 3.0, n))
+    spec = charts.line_chart(frame, "accept_length", "accept length (tokens / step)").to_dict()
+    assert spec["encoding"]["y"]["title"] == "accept length (tokens / step)"
+    sent = rows(spec, spec)
+    assert len(sent) <= MAX_POINTS_PER_SERIES
+    assert sent[0]["accept_length"] == pytest.approx(2.0)  # thinning keeps the first point
+
+
+def test_events_become_rules_with_a_tooltip() -> None:
+    frame = series(10, step_latency_ms=np.full(10, 255.3))
+    events = pd.DataFrame(
+        {
+            "time": pd.to_datetime([1_800_000_020.0], unit="s", utc=True),
+            "kind": ["recipe_change"],
+            "detail": ["r-a → r-b"],
+            "target": ["k3"],
+        }
+    )
+    spec = charts.line_chart(frame, "step_latency_ms", "step latency (ms / step)", events=events).to_dict()
+    line, rules = layers(spec)
+    assert line["mark"]["type"] == "line"
+    assert rules["mark"]["type"] == "rule"
+    assert rules["encoding"]["color"]["scale"]["domain"] == ["recipe_change"]
+    assert rules["encoding"]["color"]["scale"]["range"] == [charts.EVENT_COLORS["recipe_change"]]
+    assert rows(spec, rules)[0]["detail"] == "r-a → r-b"
+    assert spec["resolve"]["scale"]["color"] == "independent"
+
+
+def test_pool_chart_is_a_percent_axis_from_zero_to_one() -> None:
+    frame = series(20, state_pool_usage=np.full(20, 0.98), kv_usage=np.full(20, 0.29))
+    spec = charts.multi_line_chart(
+        frame,
+        {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
+        "pool usage (%)",
+        y_format="%",
+        colors=charts.POOL_COLORS,
+        y_domain=(0.0, 1.0),
+    ).to_dict()
+    y = spec["encoding"]["y"]
+    assert y["axis"]["format"] == "%"
+    assert y["scale"]["domain"] == [0.0, 1.0]
+    sent = rows(spec, spec)
+    assert {r["series"] for r in sent} == {"state pool (SSM)", "KV cache"}
+    assert len(sent) == 40
+
+
+def test_accept_scatter_uses_a_log2_context_axis_in_k_tokens() -> None:
+    points = pd.DataFrame(
+        {"recipe": ["r"] * 3, "avg_context_tokens": [1536.0, 24576, 98304], "accept_length": [2.5, 1.9, 1.4]}
+    )
+    bins = points.assign(y_low=points["accept_length"] - 0.1, y_high=points["accept_length"] + 0.1, samples=5)
+    spec = analysis_charts.accept_scatter(
+        points,
+        bins,
+        pd.DataFrame(),
+        x="avg_context_tokens",
+        x_title="average context (tokens, log₂)",
+        tokens_axis=True,
+    ).to_dict()
+    x = spec["layer"][0]["encoding"]["x"]
+    assert x["scale"] == {"type": "log", "base": 2}
+    assert "'K'" in x["axis"]["labelExpr"]
+    assert x["title"] == "average context (tokens, log₂)"
+
+
+def test_ratio_split_chart_draws_the_four_factors_from_one() -> None:
+    a = FractionSummary("1K", 2.514, 0.0228, 110.26, 10, 1)
+    b = FractionSummary("64K", 1.440, 0.0796, 110.26 / 6.35, 10, 1)
+    ratio = FractionRatio(a, b)
+    spec = analysis_charts.ratio_split_chart(ratio).to_dict()
+    bars = spec["layer"][0]
+    factors = {r["term"]: r["factor"] for r in rows(spec, bars)}
+    assert factors["measured"] == pytest.approx(6.35)
+    assert factors["predicted = step × accept"] == pytest.approx(ratio.step_factor * ratio.accept_factor)
+    assert bars["encoding"]["x"]["scale"]["type"] == "log"
+    assert bars["encoding"]["x2"]["field"] == "one"  # bars start at 1×: a factor below 1 points left
+
+
+def test_pools_scatter_colours_what_binds() -> None:
+    capacity = pd.DataFrame(
+        {
+            "server": ["a", "b"],
+            "recipe": ["r", "r"],
+            "kv_usage": [0.29, 0.95],
+            "state_pool_usage": [0.98, 0.40],
+            "binding": ["state pool", "KV cache"],
+            "queued": [7.0, 0.0],
+        }
+    )
+    spec = analysis_charts.pools_scatter(capacity, 0.9).to_dict()
+    points = spec["layer"][-1]
+    scale = points["encoding"]["color"]["scale"]
+    assert (
+        dict(zip(scale["domain"], scale["range"], strict=True))["state pool"]
+        == charts.BINDING_COLORS["state pool"]
+    )
+    assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
+    assert len(rows(spec, points)) == 2
+
+
+def test_recipe_bars_carry_the_noise_band() -> None:
+    summary = pd.DataFrame(
+        {
+            "recipe": ["a", "b"],
+            "tok_s": [10.0, 5.85],
+            "low": [9.0, 5.265],
+            "high": [11.0, 6.435],
+            "samples": [9, 9],
+        }
+    )
+    spec = analysis_charts.recipe_bars(summary, "tok_s", "tok/s per request", ".2f").to_dict()
+    bars, band = spec["layer"]
+    assert band["mark"]["type"] == "errorbar"
+    assert band["encoding"]["y2"]["field"] == "high"
+    assert bars["encoding"]["y"]["title"] == "tok/s per request"
+
+
+def test_alert_timeline_spans_the_whole_window() -> None:
+    transitions = pd.DataFrame(
+        {
+            "time": pd.to_datetime([1_800_000_100.0], unit="s", utc=True),
+            "rule": ["StatePoolSaturated"],
+            "target": ["a"],
+            "kind": ["firing"],
+            "summary": ["98%"],
+        }
+    )
+    start = pd.Timestamp(1_800_000_000, unit="s", tz="UTC")
+    end = pd.Timestamp(1_800_003_600, unit="s", tz="UTC")
+    spec = charts.alert_timeline(transitions, start, end).to_dict()
+    assert spec["encoding"]["x"]["scale"]["domain"] == [start.isoformat(), end.isoformat()]
+    assert spec["encoding"]["color"]["scale"]["domain"] == list(charts.KIND_COLORS)
+
+
+def test_thin_per_series() -> None:
+    frame = pd.DataFrame({"series": ["a"] * 4000 + ["b"] * 10, "v": range(4010)})
+    thinned = charts.thin(frame, 1000, by="series")
+    counts = thinned.groupby("series").size()
+    assert counts["a"] <= 1000
+    assert counts["b"] == 10

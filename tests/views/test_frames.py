@@ -1,0 +1,168 @@
+"""The Fleet table, its totals and filters, fleet series and the bins the Context and Recipes pages use."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from collectors.model import Signals, TargetSnapshot
+from views.data import snapshots_frame
+from views.frames import (
+    STATUS_DOWN,
+    STATUS_NO_DATA,
+    STATUS_STALE,
+    STATUS_UP,
+    concurrency_bin,
+    context_bin,
+    context_bin_order,
+    filter_table,
+    fleet_series,
+    fleet_table,
+    fleet_totals,
+)
+
+NOW = 1_800_000_000.0
+
+
+def snap(target: str, age_s: float, up: bool = True, **signals: float) -> TargetSnapshot:
+    return TargetSnapshot(
+        target=target,
+        ts=NOW - age_s,
+        up=up,
+        error=None if up else "connection refused",
+        signals=Signals(**signals) if up else Signals(max_running=48.0),
+        recipe_id="r-a" if target != "c" else "r-b",
+        deployment="east" if target in ("a", "b") else "west",
+    )
+
+
+@pytest.fixture
+def table() -> pd.DataFrame:
+    latest = snapshots_frame(
+        [
+            snap(
+                "a",
+                2,
+                accept_length=2.999,
+                step_latency_s=0.5127,
+                running=48,
+                max_running=48,
+                queued=7,
+                output_tok_s=280.8,
+                state_pool_usage=0.98,
+                kv_usage=0.29,
+            ),
+            snap(
+                "b",
+                3,
+                accept_length=2.552,
+                step_latency_s=0.2553,
+                running=40,
+                max_running=48,
+                queued=0,
+                output_tok_s=400.0,
+                state_pool_usage=0.80,
+                kv_usage=0.20,
+            ),
+            snap("c", 4, up=False),
+            snap("d", 600, accept_length=2.0, running=10, max_running=48, output_tok_s=99.0),
+        ]
+    )
+    return fleet_table(
+        latest,
+        now_ts=NOW,
+        stale_after_s=15.0,
+        configured={"a": "east", "e": "west"},
+        firing={"a": ["StatePoolSaturated"], "e": ["TargetDown"]},
+    )  # fmt: skip
+
+
+def test_status_of_every_server_and_trouble_first(table: pd.DataFrame) -> None:
+    status = dict(zip(table["server"], table["status"], strict=True))
+    assert status == {
+        "a": STATUS_UP,
+        "b": STATUS_UP,
+        "c": STATUS_DOWN,
+        "d": STATUS_STALE,
+        "e": STATUS_NO_DATA,
+    }
+    assert list(table["server"])[:3] == ["c", "d", "e"]  # down, stale, never seen before the healthy ones
+
+
+def test_row_values_and_units(table: pd.DataFrame) -> None:
+    a = table.set_index("server").loc["a"]
+    assert a["step_latency_ms"] == pytest.approx(512.7)
+    assert a["running_cap"] == "48 / 48"
+    assert a["firing_alerts"] == 1
+    assert a["alerts"] == "StatePoolSaturated"
+    c = table.set_index("server").loc["c"]
+    assert c["error"] == "connection refused"
+    assert math.isnan(c["accept_length"])  # a down server shows no stale numbers
+    assert c["running_cap"] == "– / 48"
+    stale = table.set_index("server").loc["d"]
+    assert math.isnan(stale["output_tok_s"])
+    assert stale["last_seen_s"] == pytest.approx(600)
+    assert table.set_index("server").loc["b"]["error"] == ""  # never "nan"
+
+
+def test_totals_count_only_servers_up(table: pd.DataFrame) -> None:
+    totals = fleet_totals(table)
+    assert (totals.servers, totals.up, totals.down, totals.stale, totals.no_data) == (5, 2, 1, 1, 1)
+    assert totals.output_tok_s == pytest.approx(280.8 + 400.0)
+    assert totals.running == 88
+    assert totals.cap == 96
+    assert totals.queued == 7
+    assert totals.accept_length_median == pytest.approx((2.999 + 2.552) / 2)
+    assert totals.firing_alerts == 2
+
+
+def test_filters_combine(table: pd.DataFrame) -> None:
+    assert list(filter_table(table, statuses=[STATUS_DOWN])["server"]) == ["c"]
+    assert set(filter_table(table, deployments=["east"])["server"]) == {"a", "b"}
+    assert list(filter_table(table, deployments=["east"], recipes=["r-b"])["server"]) == []
+    assert len(filter_table(table)) == len(table)
+
+
+def test_empty_latest_gives_an_empty_table() -> None:
+    table = fleet_table(snapshots_frame([]), now_ts=NOW, stale_after_s=15.0)
+    assert table.empty
+    assert fleet_totals(table).servers == 0
+
+
+def test_fleet_series_sums_targets_per_bucket() -> None:
+    samples = pd.DataFrame(
+        {
+            "ts": [0.0, 5.0, 0.0, 5.0, 12.0, 12.0],
+            "target": ["a", "a", "b", "b", "a", "b"],
+            "up": [True, True, True, True, True, False],
+            "output_tok_s": [100.0, 200.0, 50.0, 50.0, 300.0, None],
+            "accept_length": [2.0, 2.0, 3.0, 3.0, 2.0, None],
+            "step_latency_s": [0.1, 0.1, 0.2, 0.2, 0.1, None],
+        }
+    )
+    series = fleet_series(samples, start_ts=0.0, bucket_s=10.0)
+    assert list(series["output_tok_s"]) == [150.0 + 50.0, 300.0]  # a averaged within its bucket, then summed
+    assert list(series["servers_up"]) == [2, 1]
+    assert list(series["servers_down"]) == [0, 1]
+    assert series["step_latency_ms"].iloc[0] == pytest.approx(150.0)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "label"),
+    [(500.0, "<1K"), (1024.0, "1K–2K"), (1536.0, "1K–2K"), (9216.0, "8K–16K"), (98304.0, "64K–128K")],
+)
+def test_context_bins_double(tokens: float, label: str) -> None:
+    assert context_bin(pd.Series([tokens])).iloc[0] == label
+
+
+def test_context_bin_order_follows_the_tokens() -> None:
+    assert context_bin_order(["64K–128K", "1K–2K", "<1K", "8K–16K"]) == ["<1K", "1K–2K", "8K–16K", "64K–128K"]
+
+
+@pytest.mark.parametrize(
+    ("running", "label"), [(1.0, "1"), (2.0, "2"), (3.0, "3–4"), (4.0, "3–4"), (48.0, "33–64"), (0.0, None)]
+)
+def test_concurrency_bins(running: float, label: str | None) -> None:
+    assert concurrency_bin(pd.Series([running])).iloc[0] == label

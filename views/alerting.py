@@ -1,0 +1,108 @@
+"""The Alerts page: firing, pending and resolved alerts and their history, from the alert engine's state.
+
+The engine evaluates once per process (never in a page script); this page only reads what it stored.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from views import charts, data, ui
+from views.shell import PageContext, format_age
+
+ACTIVE_CONFIG = {
+    "rule": st.column_config.TextColumn("rule", pinned=True),
+    "target": st.column_config.TextColumn("server"),
+    "severity": st.column_config.TextColumn("severity"),
+    "for": st.column_config.TextColumn("for", help="time in the current state"),
+    "value": st.column_config.NumberColumn("value", format="%.3f"),
+    "summary": st.column_config.TextColumn("summary", width="large"),
+    "deployment": st.column_config.TextColumn("deployment"),
+    "recipe_id": st.column_config.TextColumn("recipe"),
+}
+RESOLVED_CONFIG = {
+    "time": st.column_config.DatetimeColumn("resolved at", format="YYYY-MM-DD HH:mm:ss"),
+    "rule": st.column_config.TextColumn("rule"),
+    "target": st.column_config.TextColumn("server"),
+    "severity": st.column_config.TextColumn("severity"),
+    "value": st.column_config.NumberColumn("value", format="%.3f"),
+    "summary": st.column_config.TextColumn("summary", width="large"),
+}
+
+NO_ENGINE = (
+    "No alert engine data yet: nothing has evaluated the alert rules against this history store. "
+    "Alerts appear here once specwatch runs with its alert engine (it starts with the collector)."
+)
+
+
+def render(ctx: PageContext) -> None:
+    st.title("Alerts", anchor=False)
+    st.fragment(run_every=ctx.interval_s)(_live)(ctx)
+
+
+def _live(ctx: PageContext) -> None:
+    window = ctx.window()
+    now_ts = ctx.now()
+    with ui.store_errors():
+        board = data.alert_board(
+            ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
+        )
+        if board is None:
+            st.info(NO_ENGINE, icon=":material/notifications_off:")
+            return
+        active = board.active.assign(**{"for": [format_age(now_ts - t) for t in board.active["since_ts"]]})
+        firing = active[active["state"] == "firing"]
+        pending = active[active["state"] == "pending"]
+        resolved = board.transitions[board.transitions["kind"] == "resolved"]
+        tiles = st.columns(3)
+        tiles[0].metric("Firing", str(len(firing)), border=True)
+        tiles[1].metric("Pending", str(len(pending)), border=True)
+        tiles[2].metric(f"Resolved, last {ctx.range_label}", str(len(resolved)), border=True)
+        _section("Firing", firing, "Nothing is firing.")
+        _section("Pending", pending, "Nothing is pending (waiting out its `for` duration).")
+        st.subheader("Resolved", anchor=False)
+        if resolved.empty:
+            st.caption(f"No alert resolved in the last {ctx.range_label}.")
+        else:
+            st.dataframe(
+                resolved.sort_values("time", ascending=False),
+                column_config=RESOLVED_CONFIG,
+                column_order=list(RESOLVED_CONFIG),
+                hide_index=True,
+                placeholder=ui.DASH,
+                width="stretch",
+                key="alerts_resolved",
+            )
+        st.subheader(f"History, last {ctx.range_label}", anchor=False)
+        if board.transitions.empty:
+            st.caption("No transitions in this range.")
+        else:
+            st.altair_chart(
+                charts.alert_timeline(
+                    board.transitions,
+                    pd.Timestamp(window.start_ts, unit="s", tz="UTC"),
+                    pd.Timestamp(window.end_ts, unit="s", tz="UTC"),
+                ),
+                width="stretch",
+            )
+
+
+def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
+    st.subheader(title, anchor=False)
+    if rows.empty:
+        st.caption(empty)
+        return
+    severity_rank = {"critical": 0, "warning": 1, "info": 2}
+    ordered = rows.assign(_rank=rows["severity"].map(severity_rank).fillna(3)).sort_values(
+        ["_rank", "since_ts"]
+    )
+    st.dataframe(
+        ordered,
+        column_config=ACTIVE_CONFIG,
+        column_order=list(ACTIVE_CONFIG),
+        hide_index=True,
+        placeholder=ui.DASH,
+        width="stretch",
+        key=f"alerts_{title.lower()}",
+    )

@@ -1,0 +1,161 @@
+"""The Capacity page: per server, the state pool beside the KV pool, running vs cap, queue and TTFT, and a
+verdict in words — which pool binds and what would (and would not) help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+import streamlit as st
+
+from collectors.model import FlagValue
+from views import analysis_charts, charts, data, fleet, ui
+from views.frames import STATUS_UP
+from views.shell import MAX_POINTS_PER_SERIES, PageContext
+from views.verdict import BINDS_AT, fleet_verdict, server_capacity
+
+TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
+ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
+
+COLUMN_CONFIG = {
+    "server": st.column_config.TextColumn("server", pinned=True),
+    "binding": st.column_config.TextColumn("binds", help="the pool (or cap) that stops admission"),
+    "state_pool_usage": fleet.pool_column("state pool", "SSM state slots in use", "red"),
+    "kv_usage": fleet.pool_column("KV", "full-attention KV cache in use", "blue"),
+    "running_cap": st.column_config.TextColumn("running / cap"),
+    "queued": st.column_config.NumberColumn("queued", format="%d"),
+    "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.2f"),
+    "cache_hit_rate": st.column_config.NumberColumn("prefix hit", format="percent"),
+    "recipe": st.column_config.TextColumn("recipe"),
+    "headline": st.column_config.TextColumn(
+        "verdict", width="large", help="the full advice is in the list above"
+    ),
+}
+BINDING_ORDER = {"state pool": 0, "KV cache": 1, "request cap": 2, "admission": 3, "none": 4, "unknown": 5}
+
+
+def render(ctx: PageContext) -> None:
+    st.title("Capacity", anchor=False)
+    st.caption(
+        "A speculative request on this hybrid model keeps γ+1 recurrent states where a plain one keeps one, "
+        "so the state pool fills long before the KV cache. SGLang's `token_usage` is the max of the pools "
+        "and hides which binds; here they stand side by side."
+    )
+    st.fragment(run_every=ctx.interval_s)(_live)(ctx)
+
+
+def capacity_frame(table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagValue]]) -> pd.DataFrame:
+    """The Fleet table plus, per server, what binds (binding), the verdict sentence and radix_waste."""
+    records: list[dict[str, object]] = [{str(k): v for k, v in r.items()} for r in table.to_dict("records")]
+    judged = [server_capacity(row, recipes.get(str(row["recipe"]))) for row in records]
+    return table.assign(
+        binding=[j.binding for j in judged],
+        headline=[j.headline for j in judged],
+        verdict=[j.verdict for j in judged],
+        radix_waste=[j.radix_waste for j in judged],
+    )
+
+
+def _live(ctx: PageContext) -> None:
+    now_ts = ctx.now()
+    with ui.store_errors():
+        table, _ = fleet.load_fleet_table(ctx, now_ts)
+        if table.empty:
+            ui.explain_no_samples(ctx, "server has reported")
+            return
+        capacity = capacity_frame(table, data.recipes(ctx.store_path))
+        live = capacity[capacity["status"] == STATUS_UP]
+        with st.container(border=True):
+            st.markdown("#### Verdict")
+            for line in fleet_verdict(capacity):
+                st.markdown(line)
+        if live.empty:
+            return
+        tiles = st.columns(5)
+        tiles[0].metric(
+            "State pool binds", f"{(live['binding'] == 'state pool').sum()} / {len(live)}", border=True
+        )
+        tiles[1].metric("KV binds", f"{(live['binding'] == 'KV cache').sum()} / {len(live)}", border=True)
+        tiles[2].metric("State pool (median)", ui.pct(live["state_pool_usage"].median()), border=True)
+        tiles[3].metric("KV (median)", ui.pct(live["kv_usage"].median()), border=True)
+        tiles[4].metric("TTFT (median)", ui.num(live["ttft_s"].median(), ".2f", "s"), border=True)
+        left, right = st.columns(2)
+        with left:
+            st.markdown("**State pool vs KV, every server**")
+            st.altair_chart(analysis_charts.pools_scatter(live, BINDS_AT), width="stretch")
+        with right:
+            loaded = live.assign(_load=live[["state_pool_usage", "kv_usage"]].max(axis=1))
+            top = loaded.sort_values("_load", ascending=False).head(TOP_SERVERS)
+            st.markdown(f"**Side by side, the {len(top)} most loaded**")
+            st.altair_chart(analysis_charts.pools_bars(top), width="stretch")
+        _attention(capacity)
+        st.dataframe(
+            capacity.assign(
+                _order=capacity["binding"].map(BINDING_ORDER),
+                state_pool_usage=capacity["state_pool_usage"] * 100.0,
+                kv_usage=capacity["kv_usage"] * 100.0,
+            )
+            .sort_values(["_order", "state_pool_usage"], ascending=[True, False])
+            .drop(columns="_order"),
+            column_config=COLUMN_CONFIG,
+            column_order=list(COLUMN_CONFIG),
+            hide_index=True,
+            placeholder=ui.DASH,
+            width="stretch",
+            key="capacity_table",
+        )
+        order = live.assign(_order=live["binding"].map(BINDING_ORDER)).sort_values(["_order", "server"])
+        _detail(ctx, list(order["server"]))  # the first server that binds comes up first
+
+
+def _attention(capacity: pd.DataFrame) -> None:
+    """Spell out the verdict of the first servers that bind (the table holds all of them)."""
+    binding = capacity[capacity["binding"].isin(["state pool", "KV cache", "request cap", "admission"])]
+    if binding.empty:
+        return
+    ordered = binding.assign(_order=binding["binding"].map(BINDING_ORDER)).sort_values(["_order", "server"])
+    lines = [f"- **{row.server}** — {row.headline}" for row in ordered.head(ATTENTION_LIST).itertuples()]
+    more = len(ordered) - ATTENTION_LIST
+    if more > 0:
+        lines.append(f"- … and {more} more (see the table).")
+    with st.expander(
+        f"{len(ordered)} server(s) where something binds", expanded=len(ordered) <= ATTENTION_LIST
+    ):
+        st.markdown("\n".join(lines))
+
+
+def _detail(ctx: PageContext, servers: list[str]) -> None:
+    target = st.selectbox("Pools over time for", servers, key="capacity_server")
+    if target is None:
+        return
+    window = ctx.window()
+    history = data.samples(ctx.store_path, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
+    if history.empty:
+        return
+    left, middle, right = st.columns(3)
+    with left:
+        st.altair_chart(
+            charts.multi_line_chart(
+                history,
+                {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
+                "pool usage (%)",
+                y_format="%",
+                colors=charts.POOL_COLORS,
+                y_domain=(0.0, 1.0),
+            ),
+            width="stretch",
+        )
+    with middle:
+        st.altair_chart(
+            charts.multi_line_chart(
+                history,
+                {"running": "running", "max_running": "cap", "queued": "queued"},
+                "requests",
+                dashed=["cap"],
+                colors={"running": "#4c78a8", "cap": "#888888", "queued": "#e45756"},
+            ),
+            width="stretch",
+        )
+    with right:
+        st.altair_chart(charts.line_chart(history, "ttft_s", "TTFT (s)", color="#b279a2"), width="stretch")

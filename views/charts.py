@@ -1,0 +1,227 @@
+"""Pure chart builders: DataFrame in, ``alt.Chart`` out; units on every axis, ≤ MAX_POINTS_PER_SERIES each.
+
+Nothing here reads data or calls streamlit, so tests build a chart and inspect ``chart.to_dict()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import pandas as pd
+
+from views.shell import MAX_POINTS_PER_SERIES
+
+EVENT_COLORS: dict[str, str] = {
+    "restart": "#d62728",
+    "recipe_change": "#9467bd",
+    "alert": "#ff7f0e",
+    "down": "#7f7f7f",
+    "up": "#2ca02c",
+    "config": "#1f77b4",
+}
+POOL_COLORS = {"state pool (SSM)": "#e45756", "KV cache": "#4c78a8"}
+BINDING_COLORS = {
+    "state pool": "#e45756",
+    "KV cache": "#4c78a8",
+    "request cap": "#f58518",
+    "admission": "#b279a2",
+    "none": "#9d9d9d",
+}
+HEIGHT = 200
+# Axis numbers: at most 4 significant digits, no trailing zeros (a flat 2.61 series must not read "2.610000").
+NUMBER_FORMAT = ",.4~g"
+# Context axes are labelled in K tokens (1K, 4K, 16K, 64K), as the seed's sweeps are.
+K_TOKENS_LABEL = "datum.value >= 1024 ? format(datum.value / 1024, '~g') + 'K' : format(datum.value, '~g')"
+
+# Every builder returns a single or a layered chart; st.altair_chart takes either.
+TopChart = alt.Chart | alt.LayerChart
+
+
+def top_chart(chart: object) -> TopChart:
+    # Altair's fluent methods are typed loosely (Any / unions with FacetChart); narrow once, here.
+    if not isinstance(chart, alt.Chart | alt.LayerChart):
+        raise TypeError(f"expected an Altair chart or layer, got {type(chart).__name__}")
+    return chart
+
+
+def thin(frame: pd.DataFrame, max_points: int = MAX_POINTS_PER_SERIES, by: str | None = None) -> pd.DataFrame:
+    """At most ``max_points`` rows per series (every k-th row): the store buckets already; this is a guard."""
+    if by is None:
+        step = -(-len(frame) // max_points) if len(frame) > max_points else 1
+        return frame.iloc[::step]
+    parts = [thin(group, max_points) for _, group in frame.groupby(by, sort=False)]
+    return pd.concat(parts) if parts else frame
+
+
+def _time_x() -> alt.X:
+    return alt.X("time:T", title=None, axis=alt.Axis(labelOverlap=True, grid=False))
+
+
+def events_layer(events: pd.DataFrame) -> alt.Chart:
+    """Vertical dashed rules for restarts, recipe changes, up/down and alert transitions, with a tooltip."""
+    kinds = [k for k in EVENT_COLORS if k in set(events["kind"])] or list(EVENT_COLORS)
+    rules: alt.Chart = (
+        alt.Chart(events[["time", "kind", "detail", "target"]])
+        .mark_rule(strokeDash=[4, 3], strokeWidth=1.5)
+        .encode(
+            x="time:T",
+            color=alt.Color(
+                "kind:N",
+                title="event",
+                scale=alt.Scale(domain=kinds, range=[EVENT_COLORS[k] for k in kinds]),
+                legend=alt.Legend(orient="bottom"),
+            ),
+            tooltip=[
+                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("kind:N"),
+                alt.Tooltip("detail:N"),
+            ],
+        )
+    )
+    return rules
+
+
+def _with_events(chart: alt.Chart, events: pd.DataFrame | None) -> TopChart:
+    if events is None or events.empty:
+        return top_chart(chart)
+    return top_chart(alt.layer(chart, events_layer(events)).resolve_scale(color="independent"))
+
+
+def line_chart(
+    frame: pd.DataFrame,
+    y: str,
+    y_title: str,
+    *,
+    events: pd.DataFrame | None = None,
+    y_format: str | None = None,
+    zero: bool = True,
+    color: str = "#4c78a8",
+    tooltip_format: str = ".3~f",
+) -> TopChart:
+    """One series over time (``time`` column) with optional event markers."""
+    data = thin(frame[["time", y]].dropna())
+    chart = (
+        alt.Chart(data)
+        .mark_line(color=color, strokeWidth=1.8, interpolate="monotone")
+        .encode(
+            x=_time_x(),
+            y=alt.Y(
+                f"{y}:Q",
+                title=y_title,
+                scale=alt.Scale(zero=zero),
+                axis=alt.Axis(format=y_format or NUMBER_FORMAT),
+            ),
+            tooltip=[
+                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or tooltip_format),
+            ],
+        )
+        .properties(height=HEIGHT)
+    )
+    return _with_events(chart, events)
+
+
+def multi_line_chart(
+    frame: pd.DataFrame,
+    series: dict[str, str],
+    y_title: str,
+    *,
+    events: pd.DataFrame | None = None,
+    y_format: str | None = None,
+    colors: dict[str, str] | None = None,
+    dashed: Sequence[str] = (),
+    y_domain: tuple[float, float] | None = None,
+) -> TopChart:
+    """Several columns (``series``: column → legend name) over time on one axis, e.g. state pool vs KV."""
+    long = frame[["time", *series]].melt("time", var_name="series", value_name="value").dropna()
+    long["series"] = long["series"].map(series)
+    long = thin(long, by="series")
+    names = list(series.values())
+    palette = colors or {}
+    scale = alt.Scale(domain=names, range=[palette.get(n, c) for n, c in zip(names, _PALETTE, strict=False)])
+    chart = (
+        alt.Chart(long)
+        .mark_line(strokeWidth=1.8, interpolate="monotone")
+        .encode(
+            x=_time_x(),
+            y=alt.Y(
+                "value:Q",
+                title=y_title,
+                axis=alt.Axis(format=y_format or NUMBER_FORMAT),
+                scale=alt.Scale(domain=list(y_domain)) if y_domain else alt.Scale(zero=True),
+            ),
+            color=alt.Color("series:N", title=None, scale=scale, legend=alt.Legend(orient="top")),
+            strokeDash=alt.condition(
+                alt.FieldOneOfPredicate(field="series", oneOf=list(dashed) or ["__none__"]),
+                alt.value([5, 4]),
+                alt.value([1, 0]),
+            ),
+            tooltip=[
+                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("series:N"),
+                alt.Tooltip("value:Q", title=y_title, format=y_format or ".3~f"),
+            ],
+        )
+        .properties(height=HEIGHT)
+    )
+    return _with_events(chart, events)
+
+
+_PALETTE = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#eeca3b", "#9d755d"]
+
+
+def fleet_output_chart(series: pd.DataFrame) -> TopChart:
+    """Fleet-total output tokens per second over time."""
+    data = thin(series[["time", "output_tok_s", "servers_up"]].dropna(subset=["output_tok_s"]))
+    return top_chart(
+        alt.Chart(data)
+        .mark_area(line={"color": "#4c78a8"}, color="#4c78a8", opacity=0.25, interpolate="monotone")
+        .encode(
+            x=_time_x(),
+            y=alt.Y("output_tok_s:Q", title="fleet output (tok/s)", axis=alt.Axis(format="~s")),
+            tooltip=[
+                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M"),
+                alt.Tooltip("output_tok_s:Q", title="output tok/s", format=",.0f"),
+                alt.Tooltip("servers_up:Q", title="servers up"),
+            ],
+        )
+        .properties(height=HEIGHT)
+    )
+
+
+# -- alerts ------------------------------------------------------------------------------------------------
+KIND_COLORS = {"pending": "#f2cf5b", "firing": "#e45756", "resolved": "#54a24b", "cleared": "#9d9d9d"}
+
+
+def alert_timeline(transitions: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> TopChart:
+    """Every alert transition as a tick on its rule's row, coloured by what happened, over the window."""
+    data = thin(transitions[["time", "rule", "target", "kind", "summary"]].dropna(subset=["time"]))
+    kinds = list(KIND_COLORS)
+    return top_chart(
+        alt.Chart(data)
+        .mark_tick(thickness=3, size=22)
+        .encode(
+            x=alt.X(
+                "time:T",
+                title=None,
+                scale=alt.Scale(domain=[start.isoformat(), end.isoformat()]),
+                axis=alt.Axis(labelOverlap=True, grid=False),
+            ),
+            y=alt.Y("rule:N", title=None, axis=alt.Axis(labelLimit=220)),
+            color=alt.Color(
+                "kind:N",
+                title=None,
+                scale=alt.Scale(domain=kinds, range=[KIND_COLORS[k] for k in kinds]),
+                legend=alt.Legend(orient="top"),
+            ),
+            tooltip=[
+                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("rule:N"),
+                alt.Tooltip("target:N"),
+                alt.Tooltip("kind:N", title="became"),
+                alt.Tooltip("summary:N"),
+            ],
+        )
+        .properties(height=alt.Step(34))
+    )

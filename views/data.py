@@ -1,0 +1,369 @@
+"""All data access of the dashboard, cached: history (SQLite) and alert state, turned into DataFrames.
+
+Streamlit runs every rerun in a fresh thread and the store keeps one SQLite connection per thread, so reads go
+through a small, process-wide pool of reader threads: open connections stay bounded however long the dashboard
+runs. Cache keys carry quantised windows, so every tab shares one read per scrape interval.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pandas as pd
+import streamlit as st
+
+from alerts.model import AlertInstance, AlertTransition
+from alerts.state_store import AlertStateStore
+from collectors.errors import StoreError
+from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
+from collectors.store import SqliteStore
+from views.shell import TimeWindow, quantised_window
+
+T = TypeVar("T")
+
+_READ_TIMEOUT_S = 60.0
+_READER_THREADS = 2
+
+
+class StoreReader:
+    """One SqliteStore per path per process, read only from a fixed pool of threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._pool = ThreadPoolExecutor(max_workers=_READER_THREADS, thread_name_prefix="specwatch-read")
+        self._lock = threading.Lock()
+        self._store: SqliteStore | None = None
+        self._alerts: AlertStateStore | None = None
+
+    def _open(self) -> SqliteStore:
+        with self._lock:
+            if self._store is None:
+                self._store = SqliteStore(self.path)
+            return self._store
+
+    def _open_alerts(self) -> AlertStateStore:
+        with self._lock:
+            if self._alerts is None:
+                self._alerts = AlertStateStore(self.path)
+            return self._alerts
+
+    def call(self, fn: Callable[[SqliteStore], T]) -> T:
+        return self._wait(self._pool.submit(lambda: fn(self._open())))
+
+    def call_alerts(self, fn: Callable[[AlertStateStore], T]) -> T:
+        return self._wait(self._pool.submit(lambda: fn(self._open_alerts())))
+
+    def _wait(self, future: Future[T]) -> T:
+        try:
+            return future.result(timeout=_READ_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise StoreError(
+                f"history store {self.path}: no answer within {_READ_TIMEOUT_S:.0f} s (locked or very large?)"
+            ) from exc
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+            if self._alerts is not None:
+                self._alerts.close()
+                self._alerts = None
+
+
+def _release_reader(reader: StoreReader) -> None:
+    reader.close()
+
+
+@st.cache_resource(show_spinner=False, on_release=_release_reader)
+def reader(path: str) -> StoreReader:
+    return StoreReader(path)
+
+
+# -- history -------------------------------------------------------------------------------------------------
+_LATEST_COLUMNS = [
+    "target",
+    "ts",
+    "up",
+    "error",
+    "recipe_id",
+    "deployment",
+    "scrape_duration_s",
+    *SIGNAL_NAMES,
+]
+
+
+def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
+    """One row per snapshot: target, ts, up, error, recipe_id, deployment, scrape_duration_s, the signals."""
+    rows = [
+        {
+            "target": s.target,
+            "ts": s.ts,
+            "up": s.up,
+            "error": s.error,
+            "recipe_id": s.recipe_id,
+            "deployment": s.deployment,
+            "scrape_duration_s": s.scrape_duration_s,
+            **s.signals.as_dict(),
+        }
+        for s in snapshots
+    ]
+    frame = pd.DataFrame(rows, columns=_LATEST_COLUMNS)
+    for name in ("ts", "scrape_duration_s", *SIGNAL_NAMES):
+        frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+    frame["up"] = frame["up"].astype(bool)
+    return frame
+
+
+@st.cache_data(ttl=120, max_entries=64, show_spinner=False)
+def latest(path: str, since_ts: float) -> pd.DataFrame:
+    """The newest snapshot of each target seen since ``since_ts`` (one row per target, sorted by target)."""
+    return snapshots_frame(reader(path).call(lambda store: store.latest(since_ts)))
+
+
+# The collector writes a row for every target every cycle (down ones too), so the newest rows of the last few
+# minutes describe the whole fleet; only targets that fell silent (removed, or the collector stopped) need the
+# long look-back, which scans the whole range and is refreshed in the background instead of every interval.
+RECENT_S = 600.0
+# However long the range, a target silent for longer than this is not looked for (cheap on a week-long store).
+LATEST_HORIZON_S = 6 * 3600.0
+
+
+def newest_snapshots(path: str, now_ts: float, range_s: float, interval_s: float) -> pd.DataFrame:
+    """The newest snapshot of every target seen in the range (at most 6 h back), one row per target."""
+    since = math.floor((now_ts - min(range_s, RECENT_S)) / interval_s) * interval_s
+    recent = latest(path, since)
+    if range_s <= RECENT_S:
+        return recent
+    older = _latest_background(path, min(range_s, LATEST_HORIZON_S))
+    silent = older[~older["target"].isin(recent["target"])]
+    if silent.empty:
+        return recent
+    return pd.concat([recent, silent], ignore_index=True).sort_values("target", ignore_index=True)
+
+
+@st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+def _latest_background(path: str, horizon_s: float) -> pd.DataFrame:
+    since = time.time() - horizon_s
+    return snapshots_frame(reader(path).call(lambda store: store.latest(since)))
+
+
+@st.cache_data(ttl=300, max_entries=256, show_spinner=False)
+def samples(
+    path: str, start_ts: float, end_ts: float, targets: tuple[str, ...] | None, max_points: int
+) -> pd.DataFrame:
+    """History in the window, at most ``max_points`` rows per target (bucket means in SQL beyond that)."""
+    frame = reader(path).call(
+        lambda store: store.read_samples(
+            start_ts, end_ts, list(targets) if targets is not None else None, max_points
+        )
+    )
+    frame["time"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
+    return frame
+
+
+# Fleet-wide reads over long ranges cost seconds in SQLite (every row is bucketed), so beyond this range they
+# are served from a cache refreshed in the background once a minute instead of blocking a rerun.
+_BACKGROUND_BEYOND_S = 900.0
+
+
+def fleet_samples(
+    path: str, now_ts: float, range_s: float, interval_s: float, max_points: int
+) -> tuple[TimeWindow, pd.DataFrame]:
+    """Every target's history over the selected range (≤ ``max_points`` rows per target) and its window."""
+    if range_s <= _BACKGROUND_BEYOND_S:
+        window = quantised_window(now_ts, range_s, interval_s, max_points)
+        return window, samples(path, window.start_ts, window.end_ts, None, max_points)
+    start_ts, end_ts, frame = _fleet_samples_background(path, range_s, interval_s, max_points)
+    return TimeWindow(start_ts, end_ts), frame
+
+
+# Cached values are plain types (floats, DataFrames): Streamlit pickles them, and a class of ours would stop
+# unpickling if its module were reloaded (Streamlit reloads changed modules between reruns).
+@st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+def _fleet_samples_background(
+    path: str, range_s: float, interval_s: float, max_points: int
+) -> tuple[float, float, pd.DataFrame]:
+    window = quantised_window(time.time(), range_s, interval_s, max_points)
+    frame = reader(path).call(
+        lambda store: store.read_samples(window.start_ts, window.end_ts, None, max_points)
+    )
+    frame["time"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
+    return window.start_ts, window.end_ts, frame
+
+
+@st.cache_data(ttl=300, max_entries=128, show_spinner=False)
+def events(path: str, start_ts: float, end_ts: float, targets: tuple[str, ...] | None) -> pd.DataFrame:
+    """Restarts, recipe changes, up/down and alert transitions: columns ts, time, target, kind, detail."""
+    found = reader(path).call(
+        lambda store: store.read_events(start_ts, end_ts, list(targets) if targets is not None else None)
+    )
+    frame = pd.DataFrame(
+        [(e.ts, e.target, e.kind, e.detail) for e in found], columns=["ts", "target", "kind", "detail"]
+    )
+    frame["ts"] = frame["ts"].astype("float64")
+    frame["time"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
+    return frame
+
+
+@st.cache_data(ttl=60, max_entries=16, show_spinner=False)
+def recipes(path: str) -> dict[str, dict[str, FlagValue]]:
+    """Every recipe ever seen: recipe_id → its flags (RECIPE_FLAGS order)."""
+    found = reader(path).call(lambda store: store.recipes())
+    return {recipe_id: recipe.as_dict() for recipe_id, recipe in found.items()}
+
+
+@st.cache_data(ttl=30, max_entries=16, show_spinner=False)
+def sample_count(path: str, tick: int) -> int:
+    """Rows in the store (``tick`` only refreshes the cache); 0 means nothing was ever collected."""
+    del tick
+    return reader(path).call(lambda store: store.count_samples())
+
+
+def clear_interval_caches() -> None:
+    """Forget every read keyed by the scrape interval, as a new interval does (the background cache stays)."""
+    for cached in (latest, samples, events, sample_count, _alert_frames):
+        cached.clear()
+
+
+def tick(now_ts: float, step_s: float) -> int:
+    """A cache key that changes once per ``step_s``."""
+    return math.floor(now_ts / max(step_s, 1e-3))
+
+
+# -- alert state ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AlertBoard:
+    """Alert state read from the alert engine: the active alerts now and the transitions in the window."""
+
+    active: pd.DataFrame  # ALERT_ACTIVE_COLUMNS
+    transitions: pd.DataFrame  # ALERT_TRANSITION_COLUMNS + time
+
+
+ALERT_ACTIVE_COLUMNS = [
+    "rule",
+    "target",
+    "state",
+    "severity",
+    "since_ts",
+    "fired_at_ts",
+    "value",
+    "summary",
+    "deployment",
+    "recipe_id",
+    "suspended",
+]
+ALERT_TRANSITION_COLUMNS = [
+    "ts",
+    "rule",
+    "target",
+    "from_state",
+    "to_state",
+    "kind",
+    "value",
+    "severity",
+    "summary",
+]
+
+
+def active_frame(instances: Sequence[AlertInstance]) -> pd.DataFrame:
+    rows = [
+        (
+            a.rule,
+            a.target,
+            a.state.value,
+            a.severity,
+            a.since,
+            a.fired_at,
+            a.value,
+            a.summary,
+            a.deployment,
+            a.recipe_id,
+            a.suspended,
+        )
+        for a in instances
+    ]
+    frame = pd.DataFrame(rows, columns=ALERT_ACTIVE_COLUMNS)
+    for column in ("since_ts", "fired_at_ts", "value"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    return frame
+
+
+def transitions_frame(transitions: Sequence[AlertTransition]) -> pd.DataFrame:
+    rows = [
+        (
+            t.ts,
+            t.rule,
+            t.target,
+            t.from_state.value,
+            t.to_state.value,
+            t.kind,
+            t.value,
+            t.labels_dict.get("severity", ""),
+            t.summary,
+        )
+        for t in transitions
+    ]
+    frame = pd.DataFrame(rows, columns=ALERT_TRANSITION_COLUMNS)
+    for column in ("ts", "value"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    frame["time"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
+    return frame
+
+
+def has_alert_tables(path: str) -> bool:
+    """Whether an alert engine ever wrote to this store (read-only check: a viewer must not create tables)."""
+    if not Path(path).exists():
+        return False
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            row = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alert_instances'"
+            ).fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"history store {path}: cannot look for alert tables: {exc}") from exc
+    return row is not None
+
+
+def alert_board(path: str, tick: int, start_ts: float, end_ts: float) -> AlertBoard | None:
+    """Active alerts (fresh every ``tick``) and the window's transitions; None while no alert engine has
+    written to this store."""
+    found = _alert_frames(path, tick, start_ts, end_ts)
+    return None if found is None else AlertBoard(*found)
+
+
+@st.cache_data(ttl=120, max_entries=64, show_spinner=False)
+def _alert_frames(
+    path: str, tick: int, start_ts: float, end_ts: float
+) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    del tick  # only part of the cache key: active alerts must be at most one interval old
+    store = reader(path)
+    if not store.call(lambda _: has_alert_tables(path)):
+        return None
+    active, transitions = store.call_alerts(
+        lambda alerts: (alerts.active(), alerts.transitions(start_ts, end_ts))
+    )
+    return active_frame(active), transitions_frame(transitions)
+
+
+def firing_by_target(board: AlertBoard | None) -> dict[str, list[str]]:
+    """Target → names of its firing alerts (empty when the alert engine has no data)."""
+    if board is None or board.active.empty:
+        return {}
+    firing = board.active[board.active["state"] == "firing"]
+    result: dict[str, list[str]] = {}
+    for target, rule in zip(firing["target"], firing["rule"], strict=True):
+        result.setdefault(str(target), []).append(str(rule))
+    return result

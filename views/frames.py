@@ -1,0 +1,287 @@
+"""Pure DataFrame shaping: the fleet table and totals, fleet series, context and concurrency bins.
+
+No streamlit here: everything takes and returns DataFrames (or small frozen records); tests call it directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+STATUS_UP = "up"
+STATUS_DOWN = "down"
+STATUS_STALE = "stale"
+STATUS_NO_DATA = "no data"
+STATUSES: tuple[str, ...] = (STATUS_UP, STATUS_DOWN, STATUS_STALE, STATUS_NO_DATA)
+
+FLEET_COLUMNS: tuple[str, ...] = (
+    "server",
+    "status",
+    "deployment",
+    "recipe",
+    "running_cap",
+    "running",
+    "cap",
+    "queued",
+    "accept_length",
+    "step_latency_ms",
+    "output_tok_s",
+    "per_request_tok_s",
+    "state_pool_usage",
+    "kv_usage",
+    "avg_context_tokens",
+    "ttft_s",
+    "cache_hit_rate",
+    "firing_alerts",
+    "alerts",
+    "last_seen_s",
+    "error",
+)
+
+
+def measured_tok_s_per_request(frame: pd.DataFrame) -> pd.Series:
+    """Output tok/s ÷ running requests: the counter-measured per-request rate (NaN when idle or unknown)."""
+    running = frame["running"].where(frame["running"] > 0)
+    return frame["output_tok_s"] / running
+
+
+def fleet_table(
+    latest: pd.DataFrame,
+    *,
+    now_ts: float,
+    stale_after_s: float,
+    configured: Mapping[str, str] | None = None,
+    firing: Mapping[str, Sequence[str]] | None = None,
+) -> pd.DataFrame:
+    """One row per server: status (up / down / stale / no data), recipe, the fraction, pools, alerts.
+
+    ``latest`` holds the newest snapshot per target; ``configured`` maps configured target names to their
+    deployment so that a configured server with no history still gets a row ("no data").
+    """
+    configured = configured or {}
+    firing = firing or {}
+    rows: list[dict[str, object]] = []
+    seen: set[str] = set()
+    for record in latest.to_dict("records"):
+        target = str(record["target"])
+        seen.add(target)
+        age_s = now_ts - float(record["ts"])
+        up = bool(record["up"])
+        status = STATUS_STALE if age_s > stale_after_s else (STATUS_UP if up else STATUS_DOWN)
+        live = status == STATUS_UP
+        running = _num(record.get("running")) if live else math.nan
+        cap = _num(record.get("max_running"))
+        step_s = _num(record.get("step_latency_s"))
+        alerts = list(firing.get(target, ()))
+        rows.append(
+            {
+                "server": target,
+                "status": status,
+                "deployment": _text(record.get("deployment")) or configured.get(target, ""),
+                "recipe": _text(record.get("recipe_id")),
+                "running_cap": _running_cap(running, cap),
+                "running": running,
+                "cap": cap,
+                "queued": _num(record.get("queued")) if live else math.nan,
+                "accept_length": _num(record.get("accept_length")) if live else math.nan,
+                "step_latency_ms": step_s * 1000.0 if live else math.nan,
+                "output_tok_s": _num(record.get("output_tok_s")) if live else math.nan,
+                "per_request_tok_s": _num(record.get("per_request_tok_s")) if live else math.nan,
+                "state_pool_usage": _num(record.get("state_pool_usage")) if live else math.nan,
+                "kv_usage": _num(record.get("kv_usage")) if live else math.nan,
+                "avg_context_tokens": _num(record.get("avg_context_tokens")) if live else math.nan,
+                "ttft_s": _num(record.get("ttft_s")) if live else math.nan,
+                "cache_hit_rate": _num(record.get("cache_hit_rate")) if live else math.nan,
+                "firing_alerts": len(alerts),
+                "alerts": ", ".join(sorted(alerts)),
+                "last_seen_s": age_s,
+                "error": _text(record.get("error")),
+            }
+        )
+    for target in sorted(set(configured) - seen):
+        rows.append(
+            {
+                **{column: math.nan for column in FLEET_COLUMNS},
+                "server": target,
+                "status": STATUS_NO_DATA,
+                "deployment": configured[target],
+                "recipe": "",
+                "running_cap": "–",
+                "firing_alerts": len(firing.get(target, ())),
+                "alerts": ", ".join(sorted(firing.get(target, ()))),
+                "error": "no sample in the history store yet",
+            }
+        )
+    table = pd.DataFrame(rows, columns=list(FLEET_COLUMNS))
+    table["firing_alerts"] = table["firing_alerts"].astype("int64")
+    order = {status: i for i, status in enumerate((STATUS_DOWN, STATUS_STALE, STATUS_NO_DATA, STATUS_UP))}
+    # Trouble first: an on-call engineer reads the top of the table.
+    table["_order"] = table["status"].map(order)
+    table = table.sort_values(["_order", "firing_alerts", "server"], ascending=[True, False, True])
+    return table.drop(columns="_order").reset_index(drop=True)
+
+
+def _num(value: object) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _text(value: object) -> str:
+    """A text cell: None and NaN (pandas' missing text) become the empty string, never "nan"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def _running_cap(running: float, cap: float) -> str:
+    left = "–" if math.isnan(running) else f"{running:.0f}"
+    right = "?" if math.isnan(cap) else f"{cap:.0f}"
+    return f"{left} / {right}"
+
+
+def filter_table(
+    table: pd.DataFrame,
+    *,
+    deployments: Sequence[str] = (),
+    recipes: Sequence[str] = (),
+    statuses: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Rows matching every non-empty filter (an empty filter keeps everything)."""
+    mask = pd.Series(True, index=table.index)
+    if deployments:
+        mask &= table["deployment"].isin(list(deployments))
+    if recipes:
+        mask &= table["recipe"].isin(list(recipes))
+    if statuses:
+        mask &= table["status"].isin(list(statuses))
+    return table[mask]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTotals:
+    """The Fleet page's headline numbers; medians are over servers that are up."""
+
+    servers: int
+    up: int
+    down: int
+    stale: int
+    no_data: int
+    output_tok_s: float
+    running: float
+    cap: float
+    queued: float
+    accept_length_median: float
+    step_latency_ms_median: float
+    firing_alerts: int
+
+
+def fleet_totals(table: pd.DataFrame) -> FleetTotals:
+    status = table["status"]
+    live = table[status == STATUS_UP]
+    return FleetTotals(
+        servers=len(table),
+        up=int((status == STATUS_UP).sum()),
+        down=int((status == STATUS_DOWN).sum()),
+        stale=int((status == STATUS_STALE).sum()),
+        no_data=int((status == STATUS_NO_DATA).sum()),
+        output_tok_s=float(live["output_tok_s"].sum(min_count=1)),
+        running=float(live["running"].sum(min_count=1)),
+        cap=float(live["cap"].sum(min_count=1)),
+        queued=float(live["queued"].sum(min_count=1)),
+        accept_length_median=float(live["accept_length"].median()),
+        step_latency_ms_median=float(live["step_latency_ms"].median()),
+        firing_alerts=int(table["firing_alerts"].sum()),
+    )
+
+
+def fleet_series(samples: pd.DataFrame, start_ts: float, bucket_s: float) -> pd.DataFrame:
+    """Fleet-wide series per time bucket: total output tok/s, servers up, median accept length and step (ms).
+
+    Each target is averaged within a bucket first, so a target sampled twice in a bucket is not counted twice.
+    """
+    columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
+    if samples.empty:
+        return pd.DataFrame(columns=columns)
+    frame = samples[["ts", "target", "up", "output_tok_s", "accept_length", "step_latency_s"]].copy()
+    frame["bucket"] = np.floor((frame["ts"] - start_ts) / bucket_s).astype("int64")
+    frame["up"] = frame["up"].astype(float)
+    per_target = frame.groupby(["bucket", "target"], sort=False).mean(numeric_only=True).reset_index()
+    per_target["is_up"] = per_target["up"] >= 0.5
+    grouped = per_target.groupby("bucket")
+    series = pd.DataFrame(
+        {
+            "output_tok_s": grouped["output_tok_s"].sum(min_count=1),
+            "servers_up": grouped["is_up"].sum(),
+            "servers_down": grouped["is_up"].count() - grouped["is_up"].sum(),
+            "accept_length": grouped["accept_length"].median(),
+            "step_latency_ms": grouped["step_latency_s"].median() * 1000.0,
+        }
+    ).reset_index()
+    series["time"] = pd.to_datetime(start_ts + (series["bucket"] + 0.5) * bucket_s, unit="s", utc=True)
+    return series[columns]
+
+
+# -- bins ----------------------------------------------------------------------------------------------------
+def _tokens(n: float) -> str:
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n / 1024:.0f}K"
+    return f"{n:.0f}"
+
+
+# Context bins double from 1K tokens: acceptance decays per doubling of context, so equal-width bins in log2.
+CONTEXT_BIN_BASE_TOKENS = 1024.0
+
+
+def context_bin(tokens: pd.Series) -> pd.Series:
+    """Label each average context with its doubling bin ("<1K", "1K–2K", "2K–4K", …); NaN stays NaN."""
+    index = pd.Series(
+        np.floor(np.log2(tokens.where(tokens > 0) / CONTEXT_BIN_BASE_TOKENS)), index=tokens.index
+    )
+    return index.map(lambda i: None if pd.isna(i) else context_bin_label(int(i))).astype("object")
+
+
+def context_bin_label(index: int) -> str:
+    if index < 0:
+        return f"<{_tokens(CONTEXT_BIN_BASE_TOKENS)}"
+    low = CONTEXT_BIN_BASE_TOKENS * 2**index
+    return f"{_tokens(low)}–{_tokens(low * 2)}"
+
+
+def context_bin_order(labels: Sequence[str]) -> list[str]:
+    """Labels sorted by the context they stand for."""
+
+    def key(label: str) -> float:
+        if label.startswith("<"):
+            return -1.0
+        low = label.split("–")[0]
+        return float(low[:-1]) * 1024 if low.endswith("K") else float(low)
+
+    return sorted(set(labels), key=key)
+
+
+# Concurrency bins: 1, 2, 3–4, 5–8, … (matched concurrency compares like with like).
+def concurrency_bin(running: pd.Series) -> pd.Series:
+    """Label each running-request count with its bin ("1", "2", "3–4", "5–8", …); idle (0) and NaN → None."""
+
+    def label(value: float) -> str | None:
+        if pd.isna(value) or value < 0.5:
+            return None
+        n = round(value)
+        if n <= 2:
+            return str(n)
+        upper = 2 ** math.ceil(math.log2(n))
+        return f"{upper // 2 + 1}–{upper}"
+
+    return running.map(label).astype("object")
+
+
+def concurrency_bin_order(labels: Sequence[str]) -> list[str]:
+    return sorted(set(labels), key=lambda label: int(label.split("–")[0]))

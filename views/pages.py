@@ -1,0 +1,37 @@
+"""The table of contents: every page's title, icon, URL path and render function, in menu order.
+
+app.py turns this into ``st.navigation``; a new page is one module with a ``render(ctx)`` and one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from views import alerting, capacity, context, fleet, nav, recipes, server
+from views.shell import PageContext
+
+
+@dataclass(frozen=True, slots=True)
+class PageSpec:
+    url_path: str
+    title: str
+    icon: str
+    render: Callable[[PageContext], None]
+
+
+PAGES: tuple[PageSpec, ...] = (
+    PageSpec(nav.FLEET, "Fleet", ":material/dns:", fleet.render),
+    PageSpec(nav.SERVER, "Server", ":material/monitor_heart:", server.render),
+    PageSpec(nav.CONTEXT, "Context", ":material/trending_down:", context.render),
+    PageSpec(nav.CAPACITY, "Capacity", ":material/memory:", capacity.render),
+    PageSpec(nav.RECIPES, "Recipes", ":material/tune:", recipes.render),
+    PageSpec(nav.ALERTS, "Alerts", ":material/notifications:", alerting.render),
+)
+
+
+def page_spec(url_path: str) -> PageSpec:
+    for spec in PAGES:
+        if spec.url_path == url_path:
+            return spec
+    raise ValueError(f"no page {url_path!r}; pages: {', '.join(s.url_path for s in PAGES)}")

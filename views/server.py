@@ -1,0 +1,222 @@
+"""The Server page: one server's fraction over time — accept length, step latency, their ratio — and its load.
+
+Also TPOT, TTFT, running vs cap, queue, state pool vs KV, with restarts, recipe changes and alert transitions
+drawn as markers on every chart.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from views import charts, data, fleet, frames, nav, ui
+from views.frames import STATUS_UP
+from views.shell import MAX_POINTS_PER_SERIES, PageContext
+
+
+def render(ctx: PageContext) -> None:
+    st.title("Server", anchor=False)
+    now_ts = ctx.now()
+    with ui.store_errors():
+        known = _known_targets(ctx, now_ts)
+        if not known:
+            ui.explain_no_samples(ctx, "server has reported")
+            return
+        target = st.selectbox("Server", known, key=nav.SERVER_PARAM, bind="query-params")
+        if target is None:
+            return
+        st.fragment(run_every=ctx.interval_s)(_live)(ctx, str(target))
+
+
+def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
+    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
+    return sorted(set(latest["target"]) | {t.name for t in ctx.config.targets})
+
+
+def _live(ctx: PageContext, target: str) -> None:
+    now_ts = ctx.now()
+    with ui.store_errors():
+        table, board = fleet.load_fleet_table(ctx, now_ts)
+        rows = table[table["server"] == target]
+        if rows.empty:
+            st.info(f"No sample from **{target}** in the last {ctx.range_label}.", icon=":material/schedule:")
+            return
+        row = rows.iloc[0]
+        _header(ctx, row)
+        window = ctx.window()
+        history = data.samples(
+            ctx.store_path, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES
+        )
+        if history.empty:
+            st.info(f"No history for **{target}** in the last {ctx.range_label}.", icon=":material/schedule:")
+            return
+        history = history.assign(
+            step_latency_ms=history["step_latency_s"] * 1000.0,
+            tpot_ms=history["tpot_s"] * 1000.0,
+            measured_per_request_tok_s=frames.measured_tok_s_per_request(history),
+        )
+        markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
+        _charts(history, markers)
+        _recipe(ctx, str(row["recipe"]))
+        if not markers.empty:
+            with st.expander(f"{len(markers)} event(s) in the last {ctx.range_label}"):
+                st.dataframe(
+                    markers[["time", "kind", "detail"]].sort_values("time", ascending=False),
+                    key="server_events",
+                    hide_index=True,
+                    placeholder=ui.DASH,
+                    width="stretch",
+                )
+
+
+def _header(ctx: PageContext, row: pd.Series) -> None:
+    status = str(row["status"])
+    line = f"**{row['server']}** · {fleet.STATUS_BADGES.get(status, status)}"
+    if row["deployment"]:
+        line += f" · deployment `{row['deployment']}`"
+    if row["recipe"]:
+        line += f" · recipe `{row['recipe']}`"
+    st.markdown(line)
+    if row["error"]:
+        st.error(f"Last scrape error: {row['error']}", icon=":material/error:")
+    if row["alerts"]:
+        st.warning(f"Firing: {row['alerts']}", icon=":material/notifications_active:")
+    ui.freshness(ctx, ctx.now() - float(row["last_seen_s"]) if not math.isnan(row["last_seen_s"]) else None)
+    if status != STATUS_UP:
+        return
+    first = st.columns(4)
+    first[0].metric("Accept length", ui.num(row["accept_length"], ".2f", "tok/step"), border=True)
+    first[1].metric("Step latency", ui.num(row["step_latency_ms"], ".1f", "ms"), border=True)
+    first[2].metric(
+        "Per request", ui.num(row["per_request_tok_s"], ".1f", "tok/s"), help="accept ÷ step", border=True
+    )
+    first[3].metric("Output", ui.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
+    second = st.columns(4)
+    second[0].metric("Running / cap", str(row["running_cap"]), border=True)
+    second[1].metric("Queued", ui.num(row["queued"], ".0f"), border=True)
+    second[2].metric("State pool", ui.pct(row["state_pool_usage"]), border=True)
+    second[3].metric("KV cache", ui.pct(row["kv_usage"]), border=True)
+
+
+def _markers(
+    ctx: PageContext, target: str, start_ts: float, end_ts: float, board: data.AlertBoard | None
+) -> pd.DataFrame:
+    """Store events of this server plus its alert transitions, as one frame: time, kind, detail, target."""
+    events = data.events(ctx.store_path, start_ts, end_ts, (target,))
+    parts = [events[["time", "kind", "detail", "target"]]]
+    if board is not None and not board.transitions.empty:
+        mine = board.transitions[board.transitions["target"] == target]
+        if not mine.empty:
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "time": mine["time"],
+                        "kind": "alert",
+                        "detail": mine["rule"] + " → " + mine["kind"],
+                        "target": mine["target"],
+                    }
+                )
+            )
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=["time", "kind", "detail", "target"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
+    st.subheader("The fraction: throughput = accept length ÷ step latency", anchor=False)
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(
+            charts.line_chart(
+                history, "accept_length", "accept length (tokens / step)", events=markers, zero=False
+            ),
+            width="stretch",
+        )
+    with right:
+        st.altair_chart(
+            charts.line_chart(
+                history, "step_latency_ms", "step latency (ms / step)", events=markers, color="#e45756"
+            ),
+            width="stretch",
+        )
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(
+            charts.multi_line_chart(
+                history,
+                {"per_request_tok_s": "accept ÷ step", "measured_per_request_tok_s": "output ÷ running"},
+                "per-request throughput (tok/s)",
+                events=markers,
+                dashed=["output ÷ running"],
+            ),
+            width="stretch",
+        )
+    with right:
+        st.altair_chart(
+            charts.line_chart(
+                history, "output_tok_s", "aggregate output (tok/s)", events=markers, color="#54a24b"
+            ),
+            width="stretch",
+        )
+    st.subheader("Latency", anchor=False)
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(
+            charts.line_chart(history, "tpot_ms", "TPOT (ms / token)", events=markers, color="#f58518"),
+            width="stretch",
+        )
+    with right:
+        st.altair_chart(
+            charts.line_chart(history, "ttft_s", "TTFT (s)", events=markers, color="#b279a2"),
+            width="stretch",
+        )
+    st.subheader("Load and memory", anchor=False)
+    left, middle, right = st.columns(3)
+    with left:
+        st.altair_chart(
+            charts.multi_line_chart(
+                history,
+                {"running": "running", "max_running": "cap"},
+                "requests",
+                events=markers,
+                dashed=["cap"],
+                colors={"running": "#4c78a8", "cap": "#888888"},
+            ),
+            width="stretch",
+        )
+    with middle:
+        st.altair_chart(
+            charts.line_chart(history, "queued", "queued requests", events=markers, color="#e45756"),
+            width="stretch",
+        )
+    with right:
+        st.altair_chart(
+            charts.multi_line_chart(
+                history,
+                {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
+                "pool usage (%)",
+                events=markers,
+                y_format="%",
+                colors=charts.POOL_COLORS,
+                y_domain=(0.0, 1.0),
+            ),
+            width="stretch",
+        )
+
+
+def _recipe(ctx: PageContext, recipe_id: str) -> None:
+    if not recipe_id:
+        return
+    flags = data.recipes(ctx.store_path).get(recipe_id)
+    if flags is None:
+        return
+    with st.expander(f"Recipe `{recipe_id}` flags"):
+        st.dataframe(
+            pd.DataFrame({"flag": list(flags), "value": [str(v) for v in flags.values()]}),
+            hide_index=True,
+            placeholder=ui.DASH,
+            width="stretch",
+        )
