@@ -81,7 +81,9 @@ class SqliteStore:
         self.path = str(path)
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        # Streamlit runs every rerun in a fresh thread: connections of finished threads are closed when the
+        # next one is opened, so a long-lived dashboard does not leak file handles.
+        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +101,9 @@ class SqliteStore:
                 raise StoreError(f"cannot open history store {self.path}: {exc}") from exc
             self._local.connection = connection
             with self._lock:
-                self._connections.append(connection)
+                for thread in [t for t in self._connections if not t.is_alive()]:
+                    self._connections.pop(thread).close()
+                self._connections[threading.current_thread()] = connection
         return connection
 
     def _migrate(self) -> None:
@@ -264,7 +268,7 @@ class SqliteStore:
 
     def close(self) -> None:
         with self._lock:
-            for connection in self._connections:
+            for connection in self._connections.values():
                 connection.close()
             self._connections.clear()
         self._local = threading.local()
