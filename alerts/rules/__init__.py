@@ -1,0 +1,63 @@
+"""The alert rules, one module each, and the registry that builds them from ``alerts.rules.<Name>`` config.
+
+Adding a rule is one module plus one line in ``RULES``; names are fixed, so config can only tune them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from alerts.rules.accept_regression import AcceptLengthRegression
+from alerts.rules.acceptance_decay import AcceptanceDecayWithContext
+from alerts.rules.base import Rule, RuleSettings, SettingDoc, document_settings, parse_settings
+from alerts.rules.kv_pool import KVPoolSaturation
+from alerts.rules.queue_backlog import QueueBacklog
+from alerts.rules.radix_waste import RadixCacheWaste
+from alerts.rules.state_pool import StatePoolSaturation
+from alerts.rules.target_down import TargetDown
+from config import ConfigError
+
+RULES: dict[str, type[Rule[Any]]] = {
+    rule.name: rule
+    for rule in (
+        TargetDown,
+        StatePoolSaturation,
+        AcceptanceDecayWithContext,
+        KVPoolSaturation,
+        QueueBacklog,
+        AcceptLengthRegression,
+        RadixCacheWaste,
+    )
+}
+
+
+def build_rules(raw: Mapping[str, Any] | None = None, source: str = "config") -> list[Rule[Any]]:
+    """Every rule with its settings validated; unknown names or keys and wrong types raise ConfigError."""
+    raw = raw or {}
+    for name in raw:
+        if name not in RULES:
+            raise ConfigError(
+                source,
+                f"alerts.rules.{name}",
+                "a rule name (" + ", ".join(RULES) + ")",
+                name,
+                "rule names are fixed",
+            )
+    return [
+        rule(parse_settings(rule.settings_class, raw.get(name) or {}, name, source))
+        for name, rule in RULES.items()
+    ]
+
+
+def validate_rules(raw: Mapping[str, Any] | None, source: str = "config") -> None:
+    """Fail fast at start: the same checks as ``build_rules``, for callers that only validate."""
+    build_rules(raw, source)
+
+
+def settings_reference() -> dict[str, list[SettingDoc]]:
+    """Every rule's settings with defaults and help: the docs' config reference."""
+    return {name: document_settings(rule.settings_class) for name, rule in RULES.items()}
+
+
+__all__ = ["RULES", "Rule", "RuleSettings", "build_rules", "settings_reference", "validate_rules"]

@@ -1,0 +1,108 @@
+"""QueueBacklog: requests wait too long to start: the queue is long or time to first token is too high."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from alerts.model import Condition, Evaluation
+from alerts.promql import Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting
+from alerts.window import TargetHistory
+from collectors.model import Recipe
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueBacklogSettings(RuleSettings):
+    for_s: float = setting(120.0, "Seconds the backlog must last before it fires.", ge=0)
+    keep_firing_for_s: float = setting(
+        60.0, "Seconds it keeps firing after the backlog last looked bad.", ge=0
+    )
+    window_s: float = setting(60.0, "Seconds over which queue length and TTFT are averaged.", gt=0)
+    max_queued: float = setting(32.0, "Mean queued requests at or above which it fires.", gt=0)
+    recover_queued: float = setting(16.0, "Mean queued requests below which it recovers.", ge=0)
+    max_ttft_s: float = setting(30.0, "Mean time to first token (s) at or above which it fires.", gt=0)
+    recover_ttft_s: float = setting(15.0, "Mean time to first token (s) below which it recovers.", ge=0)
+
+    def problems(self) -> list[tuple[str, str, object]]:
+        found: list[tuple[str, str, object]] = []
+        if self.recover_queued > self.max_queued:
+            found.append(
+                ("recover_queued", f"a value <= max_queued ({self.max_queued:g})", self.recover_queued)
+            )
+        if self.recover_ttft_s > self.max_ttft_s:
+            found.append(
+                ("recover_ttft_s", f"a value <= max_ttft_s ({self.max_ttft_s:g})", self.recover_ttft_s)
+            )
+        return found
+
+
+class QueueBacklog(Rule[QueueBacklogSettings]):
+    name = "QueueBacklog"
+    settings_class = QueueBacklogSettings
+
+    def evaluate(
+        self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
+    ) -> Sequence[Evaluation]:
+        s = self.settings
+        window = self.window(history, now)
+        queued = mean_signal(window, "queued")
+        ttft = mean_signal(window, "ttft_s")
+        if queued is None and ttft is None:
+            return [no_data("queue length and TTFT unknown")]
+        breach = (queued is not None and queued >= s.max_queued) or (
+            ttft is not None and ttft >= s.max_ttft_s
+        )
+        recovered = (queued is None or queued < s.recover_queued) and (
+            ttft is None or ttft < s.recover_ttft_s
+        )
+        condition = Condition.BREACH if breach else Condition.CLEAR if recovered else Condition.HOLD
+        parts = []
+        if queued is not None:
+            parts.append(f"{queued:.0f} requests queued")
+        if ttft is not None:
+            parts.append(f"time to first token {ttft:.1f} s")
+        pool = mean_signal(window, "state_pool_usage")
+        cause = ""
+        if pool is not None and pool >= 0.9:
+            cause = f" The state pool is at {percent(pool)}: slots, not KV, are what requests wait for."
+        return [
+            Evaluation(
+                condition,
+                queued if queued is not None else ttft,
+                summary=f"Backlog on {history.target}: {', '.join(parts)}",
+                description=f"{', '.join(parts).capitalize()} (averaged over {s.window_s:g} s).{cause}",
+            )
+        ]
+
+    def describe(self) -> str:
+        s = self.settings
+        return (
+            f"Fires when at least {s.max_queued:g} requests are queued or time to first token reaches "
+            f"{s.max_ttft_s:g} s for {s.for_s:g} s, and recovers below {s.recover_queued:g} queued and "
+            f"{s.recover_ttft_s:g} s."
+        )
+
+    def export(self, q: PromQL) -> Exported:
+        s = self.settings
+        queued = f"avg_over_time(specwatch:queued[{duration(s.window_s)}])"
+        return Exported(
+            alert_rule(
+                self.name,
+                hysteresis(
+                    f"{queued} >= {number(s.max_queued)}\n  or specwatch:ttft_seconds >= "
+                    f"{number(s.max_ttft_s)}",
+                    f"{queued} >= {number(s.recover_queued)}\n  or specwatch:ttft_seconds >= "
+                    f"{number(s.recover_ttft_s)}",
+                    self.name,
+                ),
+                for_s=s.for_s,
+                keep_firing_for_s=s.keep_firing_for_s,
+                severity=s.severity,
+                summary="Backlog on {{ $labels.instance }}: queue length or TTFT (s) at {{ $value }}",
+                description=(
+                    f"At least {s.max_queued:g} requests queued or time to first token at or above "
+                    f"{s.max_ttft_s:g} s."
+                ),
+            )
+        )

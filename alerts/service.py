@@ -1,0 +1,110 @@
+"""The production runtime: history store, collector, alert engine and notifier wired together and started
+once.
+
+The dashboard and the headless daemon (``python -m alerts run``) both use it, so rules are evaluated once per
+process, in the collector's thread, and never in a page script.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import requests
+
+from alerts.engine import DEFAULT_EXTERNAL_URL, AlertEngine
+from alerts.notify import Notifier
+from alerts.rules import build_rules
+from alerts.state_store import AlertStateStore
+from collectors.model import TargetSnapshot
+from collectors.runner import Collector
+from collectors.store import HistoryStore, SqliteStore
+from config import Config
+
+
+class Service:
+    """Collector + alerts for one config: ``start()`` runs them in the background, ``stop()`` joins."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        store: HistoryStore | None = None,
+        clock: Callable[[], float] = time.time,
+        session: requests.Session | None = None,
+        source: str = "config",
+        external_url: str = DEFAULT_EXTERNAL_URL,
+        notifier: Notifier | None = None,
+    ) -> None:
+        rules = build_rules(config.alerts.rules, source)  # ConfigError before anything is opened
+        self.config = config
+        self._own_store = store is None
+        self.store: HistoryStore = store if store is not None else SqliteStore(config.store.path)
+        path = getattr(self.store, "path", None)
+        self.alert_store = AlertStateStore(path if isinstance(path, str) and path else config.store.path)
+        settings = config.alerts
+        resend_s = 60.0
+        self.engine = AlertEngine(
+            rules,
+            self.alert_store,
+            history=self.store,
+            webhook_urls=settings.webhook_urls,
+            alertmanager_url=settings.alertmanager_url,
+            clock=clock,
+            evaluation_interval_s=settings.evaluation_interval_s,
+            scrape_interval_s=config.scrape.interval_s,
+            resend_interval_s=resend_s,
+            retention_s=config.store.retention_h * 3600.0,
+            external_url=external_url,
+        )
+        self.notifier = notifier or Notifier(
+            self.alert_store,
+            webhook_urls=settings.webhook_urls,
+            alertmanager_url=settings.alertmanager_url,
+            clock=clock,
+            resend_interval_s=resend_s,
+            alertmanager_valid_for_s=self.engine.alertmanager_valid_for_s,
+            external_url=external_url,
+        )
+        self.engine.set_on_notify(self.notifier.wake)
+        self.engine.restore()
+        self.collector = Collector(config, self.store, session=session, clock=clock, observers=[self.engine])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> Service:
+        """Scrape and evaluate every ``scrape.interval_s`` in a background thread; deliver notifications."""
+        if self._thread is not None:
+            return self
+        self.notifier.start()
+        self._thread = threading.Thread(
+            target=self.collector.run_forever, args=(self._stop,), name="specwatch-collector", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def run_cycle(self) -> list[TargetSnapshot]:
+        """One synchronous cycle: scrape, store, evaluate the rules (the engine observes the collector)."""
+        return self.collector.run_cycle()
+
+    def stop(self, flush_timeout_s: float = 5.0) -> None:
+        """Stop scraping, give queued notifications ``flush_timeout_s`` to go out, close what this opened."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.notifier.stop(flush_timeout_s)
+        self.collector.close()
+        self.alert_store.close()
+        if self._own_store:
+            self.store.close()
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,380 @@
+"""Alert persistence in the history's SQLite file: active instances, transitions, and the notification outbox.
+
+One transaction per evaluation writes the new states, their transitions and the notifications they cause, so a
+crash leaves either all or none of them; a restart reloads the states (nothing re-notified) and resumes
+delivery.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from alerts.model import AlertInstance, AlertState, AlertTransition, Delivery, OutboxItem, Pairs
+from collectors.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alert_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS alert_instances (
+    fingerprint TEXT PRIMARY KEY, rule TEXT NOT NULL, target TEXT NOT NULL, state TEXT NOT NULL,
+    since REAL NOT NULL, active_since REAL NOT NULL, fired_at REAL, last_active_ts REAL,
+    last_eval_ts REAL NOT NULL,
+    value REAL, labels TEXT NOT NULL, annotations TEXT NOT NULL, suspended INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS alert_instances_target ON alert_instances (target);
+CREATE TABLE IF NOT EXISTS alert_transitions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, rule TEXT NOT NULL, target TEXT NOT NULL,
+    fingerprint TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, value REAL,
+    labels TEXT NOT NULL, annotations TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alert_transitions_ts ON alert_transitions (ts);
+CREATE INDEX IF NOT EXISTS alert_transitions_target_ts ON alert_transitions (target, ts);
+CREATE TABLE IF NOT EXISTS alert_outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, receiver TEXT NOT NULL, kind TEXT NOT NULL,
+    created_ts REAL NOT NULL,
+    payload TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'queued', attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_ts REAL NOT NULL, delivered_ts REAL, last_error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS alert_outbox_queue ON alert_outbox (receiver, status, id);
+"""
+
+# SQL text below is built only from these constant column lists and "?" placeholders (hence the S608 noqa):
+# every value is bound as a parameter.
+_INSTANCE_COLUMNS = (
+    "fingerprint, rule, target, state, since, active_since, fired_at, last_active_ts, last_eval_ts, value, "
+    "labels, annotations, suspended"
+)
+_TRANSITION_COLUMNS = "ts, rule, target, fingerprint, from_state, to_state, value, labels, annotations"
+_OUTBOX_COLUMNS = (
+    "id, receiver, kind, created_ts, status, attempts, next_attempt_ts, delivered_ts, last_error, payload"
+)
+_STATE_ORDER = "CASE state WHEN 'firing' THEN 0 ELSE 1 END"
+_SEVERITY_ORDER = (
+    "CASE json_extract(labels, '$.severity') WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END"
+)
+
+
+def _insert(statement: str, columns: str) -> str:
+    placeholders = ", ".join("?" for _ in columns.split(","))
+    return f"{statement} ({columns}) VALUES ({placeholders})"
+
+
+def _instance_row(i: AlertInstance) -> tuple[object, ...]:
+    return (
+        i.fingerprint, i.rule, i.target, i.state.value, i.since, i.active_since, i.fired_at, i.last_active_ts,
+        i.last_eval_ts, i.value, _dump(i.labels), _dump(i.annotations), int(i.suspended),
+    )  # fmt: skip
+
+
+def _transition_row(t: AlertTransition) -> tuple[object, ...]:
+    return (
+        t.ts, t.rule, t.target, t.fingerprint, t.from_state.value, t.to_state.value, t.value, _dump(t.labels),
+        _dump(t.annotations),
+    )  # fmt: skip
+
+
+def _dump(pairs: Pairs) -> str:
+    return json.dumps(dict(pairs), sort_keys=True)
+
+
+def _load(text: object) -> Pairs:
+    return tuple(sorted(json.loads(str(text)).items()))
+
+
+def _float(value: object) -> float | None:
+    return None if value is None else float(str(value))
+
+
+class AlertStateStore:
+    """Alert tables in one SQLite file (usually ``config.store.path``); safe to open from any thread or
+    process.
+
+    Read API for the views: ``active()``, ``transitions(start_ts, end_ts, targets)``, ``deliveries()``.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
+        self.path = str(path)
+        self._busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._migrate()
+
+    # -- plumbing --------------------------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            try:
+                connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, check_same_thread=False)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open alert store {self.path}: {exc}") from exc
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    def _migrate(self) -> None:
+        try:
+            connection = self._connect()
+            with connection:
+                connection.executescript(_SCHEMA)
+                row = connection.execute(
+                    "SELECT value FROM alert_meta WHERE key = 'schema_version'"
+                ).fetchone()
+                if row is None:
+                    connection.execute(
+                        "INSERT INTO alert_meta (key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"alert tables in {self.path} have schema {row[0]}, newer than this specwatch "
+                        f"({SCHEMA_VERSION}); upgrade specwatch or point store.path elsewhere"
+                    )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot initialise alert tables in {self.path}: {exc}") from exc
+
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        try:
+            return self._connect().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"alert store {self.path}: read failed: {exc}") from exc
+
+    def _execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        try:
+            connection = self._connect()
+            with connection:
+                return int(connection.execute(sql, params).rowcount)
+        except sqlite3.Error as exc:
+            raise StoreError(f"alert store {self.path}: write failed: {exc}") from exc
+
+    # -- the engine's write: one transaction per evaluation --------------------------------------------------
+    def commit(
+        self,
+        instances: Iterable[AlertInstance],
+        removed: Iterable[str],
+        transitions: Sequence[AlertTransition],
+        outbox: Sequence[OutboxItem],
+        now: float,
+    ) -> None:
+        """Upsert active instances, delete inactive ones, append transitions and notifications."""
+        try:
+            connection = self._connect()
+            with connection:
+                connection.executemany(
+                    _insert("INSERT OR REPLACE INTO alert_instances", _INSTANCE_COLUMNS),
+                    [_instance_row(i) for i in instances],
+                )
+                connection.executemany(
+                    "DELETE FROM alert_instances WHERE fingerprint = ?", [(fp,) for fp in removed]
+                )
+                connection.executemany(
+                    _insert("INSERT INTO alert_transitions", _TRANSITION_COLUMNS),
+                    [_transition_row(t) for t in transitions],
+                )
+                connection.executemany(
+                    _insert(
+                        "INSERT INTO alert_outbox", "receiver, kind, created_ts, payload, next_attempt_ts"
+                    ),
+                    [(o.receiver, o.kind, now, o.payload, now) for o in outbox],
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"alert store {self.path}: write failed: {exc}") from exc
+
+    # -- reads (views) ---------------------------------------------------------------------------------------
+    def active(self, targets: Sequence[str] | None = None) -> list[AlertInstance]:
+        """Pending and firing instances: firing first, then by severity, then oldest first."""
+        where, params = "", []
+        if targets is not None:
+            if not targets:
+                return []
+            where = f"WHERE target IN ({', '.join('?' for _ in targets)})"
+            params = list(targets)
+        rows = self._query(
+            f"SELECT {_INSTANCE_COLUMNS} FROM alert_instances {where} "  # noqa: S608
+            f"ORDER BY {_STATE_ORDER}, {_SEVERITY_ORDER}, active_since, target, rule",
+            params,
+        )
+        return [_instance(row) for row in rows]
+
+    def firing_by_target(self) -> dict[str, list[AlertInstance]]:
+        """Firing instances per target (the Fleet page's "firing alerts" column)."""
+        result: dict[str, list[AlertInstance]] = {}
+        for instance in self.active():
+            if instance.state is AlertState.FIRING:
+                result.setdefault(instance.target, []).append(instance)
+        return result
+
+    def transitions(
+        self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, limit: int = 10_000
+    ) -> list[AlertTransition]:
+        """State changes in [start_ts, end_ts], oldest first (at most ``limit``, the newest kept)."""
+        where = "ts >= ? AND ts <= ?"
+        params: list[object] = [start_ts, end_ts]
+        if targets is not None:
+            if not targets:
+                return []
+            where += f" AND target IN ({', '.join('?' for _ in targets)})"
+            params.extend(targets)
+        rows = self._query(
+            f"SELECT {_TRANSITION_COLUMNS} FROM (SELECT id, {_TRANSITION_COLUMNS} FROM alert_transitions "  # noqa: S608
+            f"WHERE {where} ORDER BY ts DESC, id DESC LIMIT ?) ORDER BY ts, id",
+            [*params, limit],
+        )
+        return [
+            AlertTransition(
+                ts=float(str(ts)),
+                rule=str(rule),
+                target=str(target),
+                fingerprint=str(fp),
+                from_state=AlertState(str(from_state)),
+                to_state=AlertState(str(to_state)),
+                value=_float(value),
+                labels=_load(labels),
+                annotations=_load(annotations),
+            )
+            for ts, rule, target, fp, from_state, to_state, value, labels, annotations in rows
+        ]
+
+    def recently_resolved(self, since_ts: float) -> list[AlertTransition]:
+        """Firing → inactive transitions since ``since_ts`` (the Alertmanager sender re-sends them)."""
+        return [
+            t
+            for t in self.transitions(since_ts, float("inf"))
+            if t.from_state is AlertState.FIRING and t.to_state is AlertState.INACTIVE
+        ]
+
+    # -- outbox (the notifier) -------------------------------------------------------------------------------
+    def deliveries(self, limit: int = 100, receiver: str | None = None) -> list[Delivery]:
+        """The newest notifications and how their delivery went."""
+        where, params = "", []
+        if receiver is not None:
+            where, params = "WHERE receiver = ?", [receiver]
+        rows = self._query(
+            f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox {where} ORDER BY id DESC LIMIT ?",  # noqa: S608
+            [*params, limit],
+        )
+        return [_delivery(row) for row in rows]
+
+    def next_delivery(self, receiver: str) -> Delivery | None:
+        """The oldest queued notification for ``receiver``: a resolved never overtakes its firing."""
+        rows = self._query(
+            f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox "  # noqa: S608
+            "WHERE receiver = ? AND status = 'queued' ORDER BY id LIMIT 1",
+            [receiver],
+        )
+        return _delivery(rows[0]) if rows else None
+
+    def queued_count(self, receiver: str | None = None) -> int:
+        where, params = "status = 'queued'", []
+        if receiver is not None:
+            where += " AND receiver = ?"
+            params.append(receiver)
+        return int(str(self._query(f"SELECT COUNT(*) FROM alert_outbox WHERE {where}", params)[0][0]))  # noqa: S608
+
+    def receivers_with_queue(self) -> list[str]:
+        return [
+            str(r[0])
+            for r in self._query("SELECT DISTINCT receiver FROM alert_outbox WHERE status = 'queued'")
+        ]
+
+    def mark_delivered(self, delivery_id: int, ts: float) -> None:
+        self._execute(
+            "UPDATE alert_outbox SET status = 'delivered', delivered_ts = ?, attempts = attempts + 1 "
+            "WHERE id = ?",
+            (ts, delivery_id),
+        )
+
+    def mark_retry(self, delivery_id: int, next_attempt_ts: float, error: str) -> None:
+        self._execute(
+            "UPDATE alert_outbox SET attempts = attempts + 1, next_attempt_ts = ?, last_error = ? "
+            "WHERE id = ?",
+            (next_attempt_ts, error[:500], delivery_id),
+        )
+
+    def mark_failed(self, delivery_id: int, error: str) -> None:
+        self._execute(
+            "UPDATE alert_outbox SET status = 'failed', attempts = attempts + 1, last_error = ? WHERE id = ?",
+            (error[:500], delivery_id),
+        )
+
+    # -- housekeeping ----------------------------------------------------------------------------------------
+    def prune(self, older_than_ts: float) -> int:
+        """Drop transitions and finished deliveries older than ``older_than_ts``; queued ones are kept."""
+        try:
+            connection = self._connect()
+            with connection:
+                removed = connection.execute(
+                    "DELETE FROM alert_transitions WHERE ts < ?", (older_than_ts,)
+                ).rowcount
+                connection.execute(
+                    "DELETE FROM alert_outbox WHERE status != 'queued' AND created_ts < ?", (older_than_ts,)
+                )
+            return int(removed)
+        except sqlite3.Error as exc:
+            raise StoreError(f"alert store {self.path}: prune failed: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+
+def _instance(row: Sequence[object]) -> AlertInstance:
+    (
+        fp,
+        rule,
+        target,
+        state,
+        since,
+        active_since,
+        fired_at,
+        last_active,
+        last_eval,
+        value,
+        labels,
+        ann,
+        susp,
+    ) = row
+    return AlertInstance(
+        rule=str(rule),
+        target=str(target),
+        state=AlertState(str(state)),
+        since=float(str(since)),
+        active_since=float(str(active_since)),
+        fired_at=_float(fired_at),
+        last_eval_ts=float(str(last_eval)),
+        value=_float(value),
+        labels=_load(labels),
+        annotations=_load(ann),
+        fingerprint=str(fp),
+        suspended=bool(susp),
+        last_active_ts=_float(last_active),
+    )
+
+
+def _delivery(row: Sequence[object]) -> Delivery:
+    id_, receiver, kind, created, status, attempts, next_ts, delivered, error, payload = row
+    return Delivery(
+        id=int(str(id_)),
+        receiver=str(receiver),
+        kind=str(kind),
+        created_ts=float(str(created)),
+        status=str(status),
+        attempts=int(str(attempts)),
+        next_attempt_ts=float(str(next_ts)),
+        delivered_ts=_float(delivered),
+        last_error=str(error or ""),
+        payload=str(payload),
+    )

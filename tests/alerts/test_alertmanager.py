@@ -1,0 +1,123 @@
+"""A real Alertmanager (Debian's prometheus-alertmanager on 127.0.0.1) receives specwatch's alert and its
+resolution, groups them, and delivers both to a webhook receiver of this test."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from alerts.engine import AlertEngine
+from alerts.notify import Notifier
+from alerts.payloads import fingerprint
+from alerts.rules import build_rules
+from alerts.state_store import AlertStateStore
+from tests.alerts.conftest import Receiver, snap
+
+BINARY = shutil.which("prometheus-alertmanager")
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.skipif(BINARY is None, reason="prometheus-alertmanager not on PATH (Debian package)"),
+]
+INSTANT = {"StatePoolSaturation": {"for_s": 0, "keep_firing_for_s": 0, "window_s": 0.2}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
+    assert BINARY is not None
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(
+        "route:\n  receiver: specwatch-test\n  group_by: [alertname, target]\n"
+        "  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n"
+        "receivers:\n  - name: specwatch-test\n    webhook_configs:\n"
+        f"      - url: {receiver.url}\n        send_resolved: true\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "alertmanager.log").open("w")
+    process = subprocess.Popen(
+        [
+            BINARY,
+            f"--config.file={config}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if requests.get(f"{url}/-/ready", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    "Alertmanager did not start: " + (tmp_path / "alertmanager.log").read_text()
+                )
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_alertmanager_delivers_the_alert_then_its_resolution(
+    tmp_path: Path, alertmanager: str, receiver: Receiver
+) -> None:
+    store = AlertStateStore(tmp_path / "alerts.sqlite")
+    notifier = Notifier(store, alertmanager_url=alertmanager, backoff_initial_s=0.1).start()
+    engine = AlertEngine(build_rules(INSTANT), store, alertmanager_url=alertmanager, on_notify=notifier.wake)
+    try:
+        now = time.time()
+        engine.observe(
+            [snap("gpu-7", now, state_pool_usage=0.98, kv_usage=0.29, queued=12, running=48)], now=now
+        )
+        (firing,) = receiver.wait_for(1, timeout_s=20)
+        time.sleep(0.3)
+        now = time.time()
+        engine.observe(
+            [snap("gpu-7", now, state_pool_usage=0.5, kv_usage=0.3, queued=0, running=20)], now=now
+        )
+        resolved = receiver.wait_for(2, timeout_s=20)[1]
+    finally:
+        notifier.stop()
+        store.close()
+    assert firing["status"] == "firing"
+    assert resolved["status"] == "resolved"
+    assert firing["receiver"] == "specwatch-test"
+    (alert,) = firing["alerts"]
+    labels = {
+        "alertname": "StatePoolSaturation",
+        "target": "gpu-7",
+        "deployment": "east",
+        "recipe_id": "r-base",
+        "severity": "critical",
+    }
+    assert alert["labels"] == labels
+    assert alert["annotations"]["summary"] == "State pool at 98% on gpu-7, 12 queued; KV cache at 29%"
+    assert alert["fingerprint"] == fingerprint(labels)  # Alertmanager's fingerprint is specwatch's
+    assert resolved["alerts"][0]["fingerprint"] == alert["fingerprint"]
+    assert resolved["alerts"][0]["endsAt"] > alert["startsAt"]
+    assert firing["groupLabels"] == {"alertname": "StatePoolSaturation", "target": "gpu-7"}
