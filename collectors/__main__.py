@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from collectors.errors import CollectorError
+from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
+from collectors.prometheus_history import open_history
+from collectors.recording_rules import export_recording_rules
 from collectors.runner import Collector
-from collectors.store import SqliteStore
 from config import Config, ConfigError, load_config
 
 log = logging.getLogger("specwatch.collectors")
@@ -95,9 +96,10 @@ def run(config: Config, args: argparse.Namespace) -> int:
             "this config only has a sim: section; the headless collector does not start the simulator"
         )
     try:
-        store = SqliteStore(config.store.path)
+        store = open_history(config)  # source: prometheus keeps its history in Prometheus
     except CollectorError as exc:
-        print(f"specwatch: store.path: {exc}", file=sys.stderr)
+        where = "store.path: " if isinstance(exc, StoreError) else ""
+        print(f"specwatch: {where}{exc}", file=sys.stderr)
         return 2
     try:
         collector = Collector(config, store)
@@ -119,7 +121,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         store.close()
 
 
-COMMANDS: dict[str, Command] = {"run": run}
+COMMANDS: dict[str, Command] = {"run": run, "export-recording-rules": export_recording_rules}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,9 +47,8 @@ def make_source(
         from collectors.direct import DirectSource
 
         return DirectSource(config.scrape, targets, session=session, clock=clock)
-    raise ConfigError(
-        "<config>",
-        "source",
-        "'direct' (the Prometheus source is not available in this build yet)",
-        config.source,
-    )
+    if config.source == "prometheus":
+        from collectors.prometheus_source import PrometheusSource
+
+        return PrometheusSource(config, targets, session=session, clock=clock)
+    raise ConfigError("<config>", "source", "'direct' or 'prometheus'", config.source)

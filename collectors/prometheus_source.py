@@ -1,0 +1,314 @@
+"""The Prometheus source: every signal of the direct source, computed with PromQL on the fleet's Prometheus.
+
+Targets are discovered from the series' ``instance``/``job`` labels; recipes come from ``/server_info`` where
+the server is reachable, otherwise from labels added with SGLang's ``--extra-metric-labels``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import requests
+
+from collectors.derive import spec_enabled
+from collectors.errors import QueryError
+from collectors.model import Event, Recipe, Signals, TargetSnapshot
+from collectors.prometheus_queries import signal_queries
+from collectors.prometheus_recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
+from collectors.promql import InstantSample, PromClient
+from config.settings import Config, Target
+
+log = logging.getLogger(__name__)
+
+DISCOVERY_LOOKBACK_S = 3600.0  # a target silent for longer leaves the fleet (unless `up` still lists it)
+_DISCOVERY_REFRESH_S = 60.0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TargetKey:
+    """A target as Prometheus names it."""
+
+    instance: str
+    job: str
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> TargetKey:
+        return cls(labels.get("instance", ""), labels.get("job", ""))
+
+
+@dataclass(slots=True)
+class _Answers:
+    """The instant-query answers of one cycle, keyed by target."""
+
+    signals: dict[str, dict[TargetKey, float | None]] = field(default_factory=dict)
+    up: dict[TargetKey, float | None] = field(default_factory=dict)
+    present: set[TargetKey] = field(default_factory=set)
+    scrape_duration_s: dict[TargetKey, float | None] = field(default_factory=dict)
+    resets: dict[TargetKey, float | None] = field(default_factory=dict)
+    labels: dict[TargetKey, dict[str, str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+class PrometheusSource:
+    """``Source`` that reads the fleet from Prometheus: one snapshot per discovered target per cycle.
+
+    If Prometheus cannot answer at all, every known target is reported down with the query error in words
+    (the dashboard shows it); a single failing signal query leaves that signal unknown and says so.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        targets: Sequence[Target] | None = None,
+        *,
+        session: requests.Session | None = None,
+        clock: Callable[[], float] = time.time,
+        client: PromClient | None = None,
+        recipe_fetcher: RecipeFetcher | None = None,
+        max_workers: int = 4,
+    ) -> None:
+        if config.prometheus is None:
+            raise QueryError("source: prometheus needs a prometheus: {url: ...} section in the config")
+        self.config = config
+        self.queries = signal_queries(config)
+        # The Prometheus client keeps its own session: the runner's one is tuned for the targets.
+        self.client = client if client is not None else PromClient.from_settings(config.prometheus)
+        self._clock = clock
+        self._own_session = session is None and recipe_fetcher is None
+        self._session = session if session is not None else requests.Session()
+        self._book = RecipeBook(
+            recipe_fetcher or default_recipe_fetcher(config, self._session),
+            workers=min(config.scrape.concurrency, 16),
+            first_wait_s=config.scrape.timeout_s + 0.5,
+        )
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="specwatch-promql")
+        self._lock = threading.Lock()
+        self._known: set[TargetKey] = set()
+        self._known_refreshed_at = float("-inf")
+        self._was_up: dict[TargetKey, bool] = {}
+        self._resets: dict[TargetKey, float] = {}
+        self._names: dict[TargetKey, str] = {}
+        self._current: dict[str, Recipe] = {}
+        self._events: list[Event] = []
+        self._by_netloc: dict[str, Target] = {}
+        self.update_targets(config.targets if targets is None else targets)
+
+    # -- the Source protocol ------------------------------------------------------------------------------
+    def update_targets(self, targets: Sequence[Target]) -> None:
+        """Configured targets only name discovered instances (and give /server_info a URL and token)."""
+        self._by_netloc = {urlsplit(t.url).netloc: t for t in targets}
+
+    def collect(self, now: float) -> list[TargetSnapshot]:
+        try:
+            answers = self._query_all(now)
+        except QueryError as exc:
+            return self._all_down(now, exc)
+        keys = answers.present | self._known
+        if self.queries.selector:
+            keys |= set(answers.up)  # targets never scraped successfully, when the selector picks `up` too
+        self._names = self._name(keys)
+        self._note_restarts(keys, answers, now)
+        self._book.refresh(
+            (
+                (key, self._target(key), not self._was_up.get(key, True))
+                for key in keys
+                if key in answers.present and answers.up.get(key, 1) == 1
+            ),
+            now,
+        )
+        snapshots = [self._snapshot(key, answers, now) for key in keys]
+        for key, snapshot in zip(keys, snapshots, strict=True):
+            self._was_up[key] = snapshot.up
+        # Configured targets in config order (as the direct source), then discovered ones by name.
+        order = {target.name: index for index, target in enumerate(self._by_netloc.values())}
+        return sorted(snapshots, key=lambda s: (order.get(s.target, len(order)), s.target))
+
+    def recipe(self, target: str) -> Recipe | None:
+        return self._current.get(target)
+
+    def drain_events(self) -> list[Event]:
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._book.close()
+        self.client.close()
+        if self._own_session:
+            self._session.close()
+
+    @property
+    def recipes(self) -> dict[str, Recipe]:
+        """Every recipe this source has attributed to a target: recipe_id -> Recipe."""
+        return self._book.seen
+
+    def server_info_recipe(self, target: str) -> Recipe | None:
+        """The recipe read from ``target``'s /server_info, if it ever answered (else None)."""
+        for key, name in list(self._names.items()):
+            if name == target:
+                return self._book.server_info(key)
+        return None
+
+    def _target(self, key: TargetKey) -> Target:
+        """The configured target of this instance, or one made up from it (for /server_info)."""
+        configured = self._by_netloc.get(key.instance)
+        if configured is not None:
+            return configured
+        return Target(name=self._names.get(key, key.instance), url=f"http://{key.instance}")
+
+    # -- queries ---------------------------------------------------------------------------------------------
+    def _query_all(self, now: float) -> _Answers:
+        q = self.queries
+        jobs: dict[str, str] = {f"signal:{name}": expr for name, expr in q.signals().items()}
+        jobs.update(up=q.up(), present=q.present(), scrape=q.scrape_duration_s(), resets=q.restarts())
+        jobs["labels"] = q.labelled()
+        if now - self._known_refreshed_at >= _DISCOVERY_REFRESH_S:
+            jobs["known"] = q.seen_within(DISCOVERY_LOOKBACK_S)
+        futures = {name: self._pool.submit(self.client.query, expr, at=now) for name, expr in jobs.items()}
+        results: dict[str, list[InstantSample]] = {}
+        failures: dict[str, QueryError] = {}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except QueryError as exc:
+                failures[name] = exc
+        if "present" in failures:
+            raise failures["present"]  # without it nothing can be said about any target
+        answers = _Answers()
+        for name, failure in failures.items():
+            answers.errors.append(f"query for {name.removeprefix('signal:')} failed: {failure}")
+        for name, samples in results.items():
+            by_key = {TargetKey.of(s.labels): s.value for s in samples}
+            if name.startswith("signal:"):
+                answers.signals[name.removeprefix("signal:")] = by_key
+            elif name == "up":
+                answers.up = by_key
+            elif name == "present":
+                answers.present = set(by_key)
+            elif name == "scrape":
+                answers.scrape_duration_s = by_key
+            elif name == "resets":
+                answers.resets = by_key
+            elif name == "labels":
+                for sample in samples:
+                    answers.labels.setdefault(TargetKey.of(sample.labels), dict(sample.labels))
+            elif name == "known":
+                self._known = set(by_key)
+                self._known_refreshed_at = now
+        return answers
+
+    def _all_down(self, now: float, exc: QueryError) -> list[TargetSnapshot]:
+        log.error("Prometheus source: %s", exc)
+        snapshots = []
+        for key, name in sorted(self._names.items(), key=lambda item: item[1]):
+            self._was_up[key] = False
+            recipe = self._current.get(name)
+            snapshots.append(
+                TargetSnapshot(
+                    target=name,
+                    ts=now,
+                    up=False,
+                    error=f"{name}: cannot read it from Prometheus: {exc}",
+                    recipe_id=recipe.recipe_id if recipe is not None else None,
+                    deployment=self._deployment(key, None),
+                )
+            )
+        return snapshots
+
+    # -- naming ----------------------------------------------------------------------------------------------
+    def _name(self, keys: set[TargetKey]) -> dict[TargetKey, str]:
+        """A configured target's name when its URL's host:port is the instance; else the instance itself
+        (``job/instance`` when one instance serves several jobs)."""
+        jobs_per_instance: dict[str, int] = {}
+        for key in keys:
+            jobs_per_instance[key.instance] = jobs_per_instance.get(key.instance, 0) + 1
+        names: dict[TargetKey, str] = {}
+        for key in keys:
+            configured = self._by_netloc.get(key.instance)
+            if configured is not None:
+                names[key] = configured.name
+            elif jobs_per_instance[key.instance] > 1:
+                names[key] = f"{key.job}/{key.instance}"
+            else:
+                names[key] = key.instance
+        return names
+
+    def _deployment(self, key: TargetKey, labels: Mapping[str, str] | None) -> str:
+        # A deployment set in the config wins; otherwise the series' own label (target or extra-metric label).
+        configured = self._by_netloc.get(key.instance)
+        return (configured.deployment if configured is not None else "") or (labels or {}).get(
+            "deployment", ""
+        )
+
+    def _note_restarts(self, keys: set[TargetKey], answers: _Answers, now: float) -> None:
+        """A restart event when the counter resets in the rate window grow (each reset is reported once)."""
+        for key in keys:
+            count = answers.resets.get(key)
+            if count is None:
+                continue
+            before = self._resets.get(key)
+            self._resets[key] = count
+            if before is not None and count > before:
+                with self._lock:
+                    self._events.append(
+                        Event(
+                            now,
+                            self._names[key],
+                            "restart",
+                            "request counters went down: the server restarted",
+                        )
+                    )
+                self._book.mark_stale(key)  # re-read its recipe: a restart may change flags
+
+    # -- snapshots -------------------------------------------------------------------------------------------
+    def _snapshot(self, key: TargetKey, answers: _Answers, now: float) -> TargetSnapshot:
+        name = self._names[key]
+        labels = answers.labels.get(key)
+        recipe, spec_known = self._book.resolve(key, labels)
+        if recipe is not None:
+            self._current[name] = recipe
+        up_value = answers.up.get(key)
+        present = key in answers.present
+        errors: list[str] = []
+        if up_value is not None:
+            up = up_value == 1
+            if not up:
+                errors.append("Prometheus could not scrape it (up == 0 at its last scrape)")
+            elif not present:
+                errors.append("Prometheus scrapes it but it has no sglang series: is --enable-metrics set?")
+        else:
+            up = present
+            if not present:
+                errors.append("no fresh samples in Prometheus: its last scrape failed or it left discovery")
+        values: dict[str, float | None] = {}
+        if present and up:
+            # A target Prometheus failed to scrape has no signals, even where the engine still returns its
+            # last values (VictoriaMetrics writes no staleness markers for failed scrapes).
+            values = {signal: by_key.get(key) for signal, by_key in answers.signals.items()}
+            errors.extend(answers.errors)
+            if spec_known and spec_enabled(recipe) is False:
+                # Plain decoding emits one token per request per step (as collectors.derive): step = TPOT.
+                values.update(accept_length=1.0, spec_accept_rate=None, step_latency_s=values.get("tpot_s"))
+            info_error = self._book.error(key)
+            if recipe is None and info_error is not None:
+                # Labels are the documented fallback; only a recipe known from neither is worth a word.
+                errors.append(f"recipe unknown: no --extra-metric-labels, and {info_error}")
+        if recipe is not None and recipe.max_running is not None:
+            values["max_running"] = float(recipe.max_running)
+        return TargetSnapshot(
+            target=name,
+            ts=now,
+            up=up,
+            error=f"{name}: " + "; ".join(errors) if errors else None,
+            signals=Signals(**values),
+            recipe_id=recipe.recipe_id if recipe is not None else None,
+            deployment=self._deployment(key, labels),
+            scrape_duration_s=answers.scrape_duration_s.get(key),
+        )

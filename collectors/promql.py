@@ -1,0 +1,279 @@
+"""A small client for the Prometheus HTTP query API (instant and range queries).
+
+Speaks the ``/api/v1/query(_range)`` contract of Prometheus, Thanos Query, Mimir and VictoriaMetrics; every
+failure (unreachable, timeout, bad query, refused, non-JSON) becomes one ``QueryError`` saying what to check.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import requests
+
+from collectors.errors import QueryError
+from config.settings import PrometheusSettings
+
+# Prometheus refuses range queries above 11,000 points per series; stay just under it.
+MAX_POINTS_PER_SERIES = 11_000
+_DEFAULT_MAX_BODY_BYTES = 512 * 1024 * 1024
+_QUOTE_LIMIT = 300
+
+
+@dataclass(frozen=True, slots=True)
+class InstantSample:
+    """One series of an instant-vector answer. ``value`` is None for NaN/±Inf (unknown, never zero)."""
+
+    labels: Mapping[str, str]
+    value: float | None
+    ts: float
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RangeSeries:
+    """One series of a range (matrix) answer: float64 arrays of unix seconds and values (NaN = unknown,
+    including ±Inf), as arrays because a fleet's range answer runs to millions of points."""
+
+    labels: Mapping[str, str]
+    timestamps: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float64]
+
+
+def _finite(text: object) -> float | None:
+    try:
+        value = float(str(text))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _quote(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _QUOTE_LIMIT else text[: _QUOTE_LIMIT - 3] + "..."
+
+
+class PromClient:
+    """Queries one Prometheus-compatible endpoint; safe to share between a few threads.
+
+    ``url`` is the base the API hangs off: ``http://prometheus:9090``, Thanos Query's root, Mimir's
+    ``.../prometheus``, or VictoriaMetrics' root (single node) / ``.../select/0/prometheus`` (cluster).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        session: requests.Session | None = None,
+        timeout_s: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+        bearer_token: str | None = None,
+        max_body_bytes: int = _DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
+        # Integer milliseconds parse in Prometheus and VictoriaMetrics alike, so the server gives up first.
+        self._timeout_param = f"{max(int(timeout_s * 1000), 1)}ms"
+        self._own_session = session is None
+        self._session = session if session is not None else requests.Session()
+        self._headers = {"Accept": "application/json", **(headers or {})}
+        if bearer_token:
+            self._headers["Authorization"] = f"Bearer {bearer_token}"
+
+    @classmethod
+    def from_settings(
+        cls, settings: PrometheusSettings, *, session: requests.Session | None = None
+    ) -> PromClient:
+        """Build a client from ``prometheus:`` settings; the bearer token is read from the named variable."""
+        token: str | None = None
+        if settings.bearer_token_env:
+            token = os.environ.get(settings.bearer_token_env)
+            if not token:
+                raise QueryError(
+                    f"prometheus.bearer_token_env names {settings.bearer_token_env}, which is not set (or is "
+                    "empty) in the environment; export it or remove the setting"
+                )
+        return cls(
+            settings.url,
+            session=session,
+            timeout_s=settings.timeout_s,
+            headers=settings.headers,
+            bearer_token=token,
+        )
+
+    def close(self) -> None:
+        if self._own_session:
+            self._session.close()
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def query(self, expr: str, *, at: float | None = None) -> list[InstantSample]:
+        """Evaluate ``expr`` at unix time ``at`` (server time if None); a scalar is one unlabelled sample."""
+        params: dict[str, str] = {"query": expr, "timeout": self._timeout_param}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._call("query", params, expr)
+        result_type, result = data.get("resultType"), data.get("result")
+        try:
+            if result_type == "vector" and isinstance(result, list):
+                return [
+                    InstantSample(
+                        dict(item.get("metric", {})), _finite(item["value"][1]), float(item["value"][0])
+                    )
+                    for item in result
+                ]
+            if result_type == "scalar" and isinstance(result, list):
+                return [InstantSample({}, _finite(result[1]), float(result[0]))]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self._malformed(expr, f"a vector entry is malformed ({exc!r})") from exc
+        raise self._malformed(expr, f"expected an instant vector, got resultType {result_type!r}")
+
+    def query_range(self, expr: str, start_ts: float, end_ts: float, step_s: float) -> list[RangeSeries]:
+        """Evaluate ``expr`` every ``step_s`` seconds over [start_ts, end_ts].
+
+        The step is widened when needed so no series exceeds Prometheus's 11,000-point limit.
+        """
+        if end_ts < start_ts:
+            raise QueryError(f"range query on {self.url}: end ({end_ts}) is before start ({start_ts})")
+        step_s = max(step_s, (end_ts - start_ts) / (MAX_POINTS_PER_SERIES - 1), 0.001)
+        params = {
+            "query": expr,
+            "start": f"{start_ts:.3f}",
+            "end": f"{end_ts:.3f}",
+            "step": f"{step_s:.3f}",
+            "timeout": self._timeout_param,
+        }
+        data = self._call("query_range", params, expr)
+        result = data.get("result")
+        if data.get("resultType") != "matrix" or not isinstance(result, list):
+            raise self._malformed(expr, f"expected a matrix, got resultType {data.get('resultType')!r}")
+        series: list[RangeSeries] = []
+        try:
+            for item in result:
+                points = item.get("values", [])
+                timestamps = np.fromiter((p[0] for p in points), np.float64, len(points))
+                values = np.array([p[1] for p in points], dtype=np.float64)
+                values[~np.isfinite(values)] = np.nan
+                series.append(RangeSeries(dict(item.get("metric", {})), timestamps, values))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self._malformed(expr, f"a matrix entry is malformed ({exc!r})") from exc
+        return series
+
+    # -- transport: the one place requests' exceptions are translated ---------------------------------
+    def _call(self, endpoint: str, params: dict[str, str], expr: str) -> dict[str, Any]:
+        url = f"{self.url}/api/v1/{endpoint}"
+        # requests' timeout bounds each socket read; the deadline bounds the whole answer.
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            # POST keeps long fleet selectors clear of URL-length limits; GET for proxies that refuse POST.
+            response = self._session.post(
+                url, data=params, headers=self._headers, timeout=self.timeout_s, stream=True
+            )
+            if response.status_code == 405:
+                response.close()
+                response = self._session.get(
+                    url, params=params, headers=self._headers, timeout=self.timeout_s, stream=True
+                )
+            body = self._read_body(response, expr, deadline)
+        except requests.Timeout as exc:
+            raise QueryError(
+                f"Prometheus at {self.url} did not answer within {self.timeout_s:g} s "
+                f"(query: {_quote(expr)}); it may be overloaded or the query too heavy: narrow the "
+                "range or selector, or raise prometheus.timeout_s"
+            ) from exc
+        except requests.ConnectionError as exc:
+            raise QueryError(
+                f"Prometheus at {self.url} is unreachable ({_reason(exc)}); check prometheus.url and that "
+                "the server is running"
+            ) from exc
+        except requests.RequestException as exc:
+            raise QueryError(f"Prometheus at {self.url}: request failed ({_reason(exc)})") from exc
+        return self._decode(response, body, expr)
+
+    def _read_body(self, response: requests.Response, expr: str, deadline: float) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        with response:
+            try:
+                for chunk in response.iter_content(chunk_size=1 << 20):
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise QueryError(
+                            f"Prometheus at {self.url} sent more than {self.max_body_bytes >> 20} MiB "
+                            f"for one query ({_quote(expr)}); narrow the time range or the selector"
+                        )
+                    if time.monotonic() > deadline:
+                        raise requests.Timeout("the whole-answer deadline passed")
+                    chunks.append(chunk)
+            except requests.ConnectionError as exc:
+                # requests reports a read timeout inside the body as a ConnectionError: keep the right words.
+                if "timed out" in str(exc).lower():
+                    raise requests.Timeout(str(exc)) from exc
+                raise
+        return b"".join(chunks)
+
+    def _decode(self, response: requests.Response, body: bytes, expr: str) -> dict[str, Any]:
+        status = response.status_code
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            payload = None
+        if not isinstance(payload, dict):
+            content_type = response.headers.get("Content-Type", "no Content-Type")
+            snippet = _quote(body[:200].decode("utf-8", "replace")) or "an empty body"
+            hint = _status_hint(status) or "is prometheus.url the query API's base URL?"
+            raise QueryError(
+                f"Prometheus at {self.url} answered HTTP {status} with something that is not Prometheus "
+                f"API JSON ({content_type}: {snippet}); {hint}"
+            )
+        if status < 300 and payload.get("status") == "success" and isinstance(payload.get("data"), dict):
+            data: dict[str, Any] = payload["data"]
+            return data
+        error_type = str(payload.get("errorType") or "error")
+        error = _quote(str(payload.get("error") or payload.get("message") or "no error text"))
+        if status in (400, 422) or error_type in ("bad_data", "execution"):
+            # VictoriaMetrics answers 422 where Prometheus answers 400 (parse errors): both are bad queries.
+            raise QueryError(
+                f"Prometheus at {self.url} rejected a bad query (HTTP {status}, {error_type}): {error}; "
+                f"query: {_quote(expr)}"
+            )
+        if status == 503 or error_type in ("timeout", "canceled"):
+            raise QueryError(
+                f"Prometheus at {self.url} timed out or aborted the query (HTTP {status}): {error}; "
+                "narrow the range or selector, or raise its query timeout"
+            )
+        hint = _status_hint(status)
+        raise QueryError(
+            f"Prometheus at {self.url} failed the query (HTTP {status}, {error_type}): {error}"
+            + (f"; {hint}" if hint else "")
+        )
+
+    def _malformed(self, expr: str, what: str) -> QueryError:
+        return QueryError(
+            f"Prometheus at {self.url} sent an unexpected answer: {what} (query: {_quote(expr)})"
+        )
+
+
+def _status_hint(status: int) -> str:
+    if status in (401, 403):
+        return f"access refused (HTTP {status}): check prometheus.bearer_token_env and prometheus.headers"
+    if status == 404:
+        return "HTTP 404: nothing serves /api/v1/query there; is prometheus.url the query API's base URL?"
+    if status >= 500:
+        return f"the server failed (HTTP {status}); see its logs"
+    return ""
+
+
+def _reason(exc: BaseException) -> str:
+    # requests nests the useful words ("Connection refused") several exceptions deep; surface them.
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "No route to host", "Connection reset"):
+        if marker in text:
+            return marker.lower()
+    return _quote(text)

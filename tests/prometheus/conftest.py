@@ -1,0 +1,103 @@
+"""Fixtures of the Prometheus-source tests: stand-in SGLang servers and the engines scraping them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from collectors.recording_rules import render_rules
+from config import Target
+from sim.fleet import SimFleet
+from tests.prometheus.engines import (
+    PROMETHEUS,
+    VICTORIA,
+    Engine,
+    StaticServer,
+    scrape_config,
+    source_config,
+    start_prometheus,
+    start_victoria,
+)
+from tests.prometheus.golden import EXTRA_LABELS, SERVER_INFO, STEADY_SCENARIO, with_extra_labels
+
+
+def skip_without(binary: str | None, name: str) -> None:
+    if binary is None:
+        pytest.skip(f"{name} is not installed (apt-get install {name}); .ci/run installs it")
+
+
+def start_engine(kind: str, workdir: Path, jobs: dict[str, list[str]]) -> Engine:
+    """Prometheus or VictoriaMetrics scraping ``jobs`` (job -> host:port targets) every second.
+
+    Prometheus also evaluates specwatch's recording rules (for job "sglang" and the tests' 4 s window) every
+    second; VictoriaMetrics needs vmalert for rules, so it has none.
+    """
+    if kind == "prometheus":
+        skip_without(PROMETHEUS, "prometheus")
+        workdir.mkdir(parents=True, exist_ok=True)
+        rules = workdir / "specwatch-rules.yml"
+        rules.write_text(render_rules(source_config("http://127.0.0.1:9")))
+        return start_prometheus(workdir, scrape_config(jobs), rule_files=[rules])
+    skip_without(VICTORIA, "victoria-metrics")
+    return start_victoria(workdir, scrape_config(jobs))
+
+
+@pytest.fixture(scope="session")
+def golden_servers(golden_text: str) -> Iterator[tuple[StaticServer, StaticServer]]:
+    """Two stand-ins: ``labelled`` (extra labels, no /server_info) and ``flaky`` (/server_info; toggled)."""
+    labelled = StaticServer(with_extra_labels(golden_text, EXTRA_LABELS).encode())
+    for path in ("/server_info", "/get_server_info"):  # unreachable /server_info: labels are the fallback
+        labelled.routes[path] = (404, b"not found", "text/plain")
+    flaky = StaticServer(golden_text.encode())
+    flaky.routes["/server_info"] = (200, json.dumps(SERVER_INFO).encode(), "application/json")
+    yield labelled, flaky
+    labelled.stop()
+    flaky.stop()
+
+
+@pytest.fixture(scope="session")
+def sim_fleet() -> Iterator[SimFleet]:
+    """Three simulated K3 servers at steady load, 20 simulated seconds per wall second (job "sim")."""
+    fleet = SimFleet(STEADY_SCENARIO, speed=20).start()
+    yield fleet
+    fleet.stop()
+
+
+def netloc(target: Target) -> str:
+    return urlsplit(target.url).netloc
+
+
+@pytest.fixture(scope="session", params=["prometheus", "victoria-metrics"])
+def golden_engine(
+    request: pytest.FixtureRequest,
+    golden_servers: tuple[StaticServer, StaticServer],
+    sim_fleet: SimFleet,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Engine]:
+    """An engine scraping the golden stand-ins (job "sglang") and the simulated fleet (job "sim") every
+    second, waited on until every target has been scraped a few times."""
+    labelled, flaky = golden_servers
+    sim = [netloc(t) for t in sim_fleet.targets]
+    workdir = tmp_path_factory.mktemp(request.param)
+    engine = start_engine(request.param, workdir, {"sglang": [labelled.netloc, flaky.netloc], "sim": sim})
+    everyone = str(2 + len(sim))
+    try:
+        engine.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == everyone, 30)
+        engine.wait_for(
+            'count({__name__=~"sglang[:_]num_running_reqs"})',
+            lambda r: bool(r) and r[0]["value"][1] == everyone,
+            30,
+        )
+        # rate() over the 4 s test window needs at least two samples of every target.
+        engine.wait_for(
+            "min(count_over_time(up[4s]))",
+            lambda r: bool(r) and float(r[0]["value"][1]) >= 3,
+            30,
+        )
+        yield engine
+    finally:
+        engine.stop()
