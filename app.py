@@ -19,9 +19,12 @@ from pathlib import Path
 import streamlit as st
 
 from alerts.service import Service
-from config import Config, ConfigError, SimSettings, load_config
+from collectors.runner import CollectorHealth
+from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
+from views import gate
 from views.pages import PAGES
 from views.shell import PageContext, time_range_picker
+from views.ui import plain
 
 log = logging.getLogger("specwatch.app")
 
@@ -59,6 +62,7 @@ class Runtime:
     note: str  # one line for the sidebar
     error: str | None = None
     stoppers: list[Callable[[], None]] = field(default_factory=list)
+    health: Callable[[], CollectorHealth] | None = None  # the running collector's, for the sidebar
     _stopped: bool = False
 
     def stop(self) -> None:
@@ -91,6 +95,7 @@ def _start_collector(config: Config, runtime: Runtime) -> str:
     """The collector and the alert engine, evaluated once per process in one background thread."""
     service = Service(config, external_url=_external_url()).start()
     runtime.stoppers.append(service.stop)
+    runtime.health = service.collector.health
     return "collector + alert engine"
 
 
@@ -125,26 +130,66 @@ def start_runtime(key: str, _config: Config, collect: bool) -> Runtime:
     return runtime
 
 
-def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
-    st.set_page_config(page_title="specwatch", page_icon=":material/monitoring:", layout="wide")
-    args = parse_args(argv)
-    path = config_path(args, dict(os.environ) if environ is None else environ)
+@st.cache_resource(show_spinner=False)
+def _last_good_configs() -> dict[str, Config]:
+    """Per config path, the last configuration that loaded (kept for the process, across reruns)."""
+    return {}
+
+
+def load_config_keeping_last_good(path: Path) -> tuple[Config | None, ConfigError | None]:
+    """The config in ``path``; if it is broken now, the last good one stays in force beside the error.
+
+    The file is re-read on every full rerun, so an edit takes effect at once and a half-saved or broken edit
+    never stops a running dashboard.
+    """
+    known = _last_good_configs()
     try:
         config = load_config(path)
     except ConfigError as exc:
-        st.error(f"**specwatch cannot start: bad configuration.** {exc}", icon=":material/settings_alert:")
+        return known.get(str(path)), exc
+    known[str(path)] = config
+    return config, None
+
+
+def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
+    st.set_page_config(page_title="specwatch", page_icon=":material/monitoring:", layout="wide")
+    env = dict(os.environ) if environ is None else environ
+    args = parse_args(argv)
+    path = config_path(args, env)
+    config, config_error = load_config_keeping_last_good(path)
+    # Collecting does not wait for a viewer to sign in; showing anything does.
+    runtime = (
+        None if config is None else start_runtime(config.model_dump_json(), config, not args.no_collector)
+    )
+    # The gate comes before a broken config's text, the sidebar or any history is shown.
+    if not gate.require_access(config.dashboard if config is not None else DashboardSettings(), env):
+        # Register the pages (never run) so a deep link (/server?server=k3-7) still opens after signing in.
+        st.navigation(
+            [st.Page(_locked, title=p.title, url_path=p.url_path) for p in PAGES], position="hidden"
+        )
         st.stop()
-    runtime = start_runtime(config.model_dump_json(), config, not args.no_collector)
+    if config is None or runtime is None:
+        st.error(
+            f"**specwatch cannot start: bad configuration.** {config_error}", icon=":material/settings_alert:"
+        )
+        st.stop()
     with st.sidebar:
         st.markdown("### :material/monitoring: specwatch")
         range_key = time_range_picker()
         st.caption(f"{runtime.note} · every {runtime.config.scrape.interval_s:g} s")
         st.caption(f"config `{path}`")
+        if config_error is not None:
+            st.warning(
+                f"**The config file is broken; the last good configuration stays in force.** "
+                f"{plain(str(config_error))}",
+                icon=":material/settings_alert:",
+            )
         if runtime.error:
             st.error(
-                f"The collector did not start, so nothing new is recorded: {runtime.error}",
+                f"The collector did not start, so nothing new is recorded: {plain(runtime.error)}",
                 icon=":material/error:",
             )
+        _collector_problems(runtime)
     ctx = PageContext(config=runtime.config, range_key=range_key)
     start = args.page or PAGES[0].url_path
     pages = [
@@ -158,6 +203,29 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
         for spec in PAGES
     ]
     st.navigation(pages, position="top").run()
+
+
+def _locked() -> None:
+    """Stands for every page while the access gate is shut; never run."""
+
+
+def _collector_problems(runtime: Runtime) -> None:
+    """What the running collector cannot do right now (a broken targets_file, a failing store), in words."""
+    if runtime.health is None:
+        return
+    health = runtime.health()
+    if health.config_error:
+        st.warning(
+            "**targets_file not reloaded; the previous targets stay in force.** "
+            + plain(health.config_error),
+            icon=":material/settings_alert:",
+        )
+    if health.store_error:
+        st.error(
+            f"**History is not being written** ({health.pending_rows} snapshots wait in memory, "
+            f"{health.dropped_rows} dropped; retried every cycle): {plain(health.store_error)}",
+            icon=":material/database:",
+        )
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ class AlertEngine:
             if (
                 self._interval_s is not None
                 and self._last_eval_ts is not None
-                and now - self._last_eval_ts < 0.9 * self._interval_s  # tolerate scrape-loop jitter
+                and 0 <= now - self._last_eval_ts < 0.9 * self._interval_s  # tolerate scrape-loop jitter
             ):
                 return []
             return self.evaluate(now)
@@ -193,8 +193,16 @@ class AlertEngine:
     def ingest(self, snapshots: Sequence[TargetSnapshot]) -> None:
         """Add snapshots to the rolling windows without evaluating (replays, benchmarks)."""
         with self._lock:
+            now = self._clock()
             for snapshot in snapshots:
-                self._history(snapshot.target).add(snapshot)
+                history = self._history(snapshot.target)
+                latest = history.latest
+                if latest is not None and latest.ts > now and snapshot.ts <= latest.ts:
+                    # The wall clock stepped back: rows stamped in its "future" would hide every new
+                    # snapshot until it caught up (blind to a target dying meanwhile). Replays are never
+                    # ahead of now.
+                    history.discard_from(snapshot.ts)
+                history.add(snapshot)
 
     def set_on_notify(self, callback: Callable[[], None] | None) -> None:
         """Called after a commit that queued notifications (the notifier's wake-up)."""

@@ -21,10 +21,12 @@ from alerts.model import AlertState, Delivery
 from alerts.payloads import generator_url, rfc3339
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
+from collectors.transport import WATCHDOG, make_service_session
 
 log = logging.getLogger(__name__)
 
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
+_ERROR_BYTES = 200  # of a refusal's body, kept as the delivery's last error
 
 
 class _RefusedError(Exception):
@@ -52,7 +54,7 @@ class Notifier:
         resolved_retention_s: float = 900.0,
         alertmanager_valid_for_s: float = 240.0,
         external_url: str = "http://localhost:8501",
-        session_factory: Callable[[], requests.Session] = requests.Session,
+        session_factory: Callable[[], requests.Session] = make_service_session,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -163,18 +165,24 @@ class Notifier:
         return False
 
     def _post(self, session: requests.Session, url: str, payload: str) -> None:
+        # One deadline for the whole exchange (a receiver trickling its answer is cut off), and at most a few
+        # hundred bytes of the answer are read: only the status matters.
         try:
-            response = session.post(
-                url,
-                data=payload.encode(),
-                headers={"Content-Type": "application/json", "User-Agent": "specwatch-alerts"},
-                timeout=self._timeout_s,
-            )
+            with WATCHDOG.scope(time.monotonic() + self._timeout_s):
+                response = session.post(
+                    url,
+                    data=payload.encode(),
+                    headers={"Content-Type": "application/json", "User-Agent": "specwatch-alerts"},
+                    timeout=self._timeout_s,
+                    stream=True,
+                )
+                with response:
+                    if response.ok:
+                        return
+                    head = next(response.iter_content(_ERROR_BYTES), b"")
         except requests.RequestException as exc:
             raise _UnreachableError(f"{type(exc).__name__}: {exc}") from exc
-        if response.ok:
-            return
-        text = f"HTTP {response.status_code}: {response.text[:200]}"
+        text = f"HTTP {response.status_code}: {head[:_ERROR_BYTES].decode('utf-8', 'replace')}"
         if 400 <= response.status_code < 500 and response.status_code not in _RETRYABLE_STATUS:
             raise _RefusedError(text)
         raise _UnreachableError(text)

@@ -18,8 +18,9 @@ from alerts.notify import Notifier
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from collectors.model import TargetSnapshot
+from collectors.prometheus_history import open_history
 from collectors.runner import Collector
-from collectors.store import HistoryStore, SqliteStore
+from collectors.store import HistoryStore
 from config import Config
 
 
@@ -40,7 +41,8 @@ class Service:
         rules = build_rules(config.alerts.rules, source)  # ConfigError before anything is opened
         self.config = config
         self._own_store = store is None
-        self.store: HistoryStore = store if store is not None else SqliteStore(config.store.path)
+        # source: prometheus keeps samples in Prometheus (no duplicate rows here); events/recipes stay local.
+        self.store: HistoryStore = store if store is not None else open_history(config)
         path = getattr(self.store, "path", None)
         self.alert_store = AlertStateStore(path if isinstance(path, str) and path else config.store.path)
         settings = config.alerts

@@ -68,6 +68,12 @@ class TargetHistory:
         self._times.append(snapshot.ts)
         self.prune(snapshot.ts)
 
+    def discard_from(self, ts: float) -> None:
+        """Forget the snapshots stamped at or after ``ts`` (the wall clock stepped back past them)."""
+        while self._times and self._times[-1] >= ts:
+            self._times.pop()
+            self._snapshots.pop()
+
     def prune(self, now: float) -> None:
         cutoff = now - self.horizon_s
         while self._times and self._times[0] < cutoff:

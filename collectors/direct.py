@@ -14,9 +14,10 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import requests
+import urllib3
 
 from collectors.derive import CounterState, derive_signals, detect_reset
 from collectors.errors import ScrapeError, ScrapeTimeout
@@ -58,6 +59,13 @@ class DirectSource:
         environ: dict[str, str] | None = None,
     ) -> None:
         self._settings = settings
+        if not settings.verify_tls and not settings.ca_bundle:
+            log.warning(
+                "scrape.verify_tls is false: HTTPS targets' certificates are not checked, so anyone on the "
+                "path can impersonate them (and read their bearer tokens)"
+            )
+            # Said once here; urllib3 would otherwise warn on every request of every cycle.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._fetcher = Fetcher(session, settings, monotonic=monotonic, environ=environ)
         self._clock = clock
         self._monotonic = monotonic
@@ -100,12 +108,16 @@ class DirectSource:
     def _scrape_safely(self, state: _TargetState) -> TargetSnapshot:
         started = self._monotonic()
         try:
-            return self._scrape(state, started)
+            snapshot = self._scrape(state, started)
         except Exception as exc:  # a bug here must cost one target one cycle, never the loop
             log.exception("scraping %s failed unexpectedly", state.target.name)
-            return self._down(
+            snapshot = self._down(
                 state, started, f"{state.target.name}: internal error: {type(exc).__name__}: {exc}"
             )
+        if snapshot.error is None:
+            return snapshot
+        # Errors quote what the server said (status line, Content-Type, body lines): never its token.
+        return replace(snapshot, error=self._fetcher.redact(state.target, snapshot.error))
 
     def _down(self, state: _TargetState, started: float, error: str) -> TargetSnapshot:
         return TargetSnapshot(
@@ -170,7 +182,15 @@ class DirectSource:
         if deadline - self._monotonic() <= 0.05 * self._settings.timeout_s:
             return  # no time left this cycle; try again at the next one
         try:
-            state.recipe = fetch_recipe(self._fetcher, state.target, deadline=deadline)
+            recipe = fetch_recipe(self._fetcher, state.target, deadline=deadline)
+            flags = recipe.as_dict()
+            # /server_info is the server's words too (its flags are stored and shown): no token in them.
+            state.recipe = Recipe.from_flags(
+                {
+                    k: self._fetcher.redact(state.target, v) if isinstance(v, str) else v
+                    for k, v in flags.items()
+                }
+            )
         except ScrapeError as exc:
             state.recipe_error = str(exc).removeprefix(f"{state.target.name}: ")
             state.recipe_due = self._monotonic() + RECIPE_RETRY_S

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import requests
 
 from collectors.errors import QueryError
+from collectors.transport import WATCHDOG, make_service_session
 from config.settings import PrometheusSettings
 
 # Prometheus refuses range queries above 11,000 points per series; stay just under it.
@@ -82,7 +83,7 @@ class PromClient:
         # Integer milliseconds parse in Prometheus and VictoriaMetrics alike, so the server gives up first.
         self._timeout_param = f"{max(int(timeout_s * 1000), 1)}ms"
         self._own_session = session is None
-        self._session = session if session is not None else requests.Session()
+        self._session = session if session is not None else make_service_session()
         self._headers = {"Accept": "application/json", **(headers or {})}
         if bearer_token:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
@@ -170,29 +171,32 @@ class PromClient:
         url = f"{self.url}/api/v1/{endpoint}"
         # requests' timeout bounds each socket read; the deadline bounds the whole answer.
         deadline = time.monotonic() + self.timeout_s
+        # The watchdog cuts a connection (of a DeadlineAdapter session) at the deadline, so even a server
+        # trickling bytes cannot hold a query longer than timeout_s.
         try:
-            # POST keeps long fleet selectors clear of URL-length limits; GET for proxies that refuse POST.
-            response = self._session.post(
-                url, data=params, headers=self._headers, timeout=self.timeout_s, stream=True
-            )
-            if response.status_code == 405:
-                response.close()
-                response = self._session.get(
-                    url, params=params, headers=self._headers, timeout=self.timeout_s, stream=True
+            with WATCHDOG.scope(deadline) as cut:
+                # POST keeps long fleet selectors clear of URL-length limits; GET for proxies refusing POST.
+                response = self._session.post(
+                    url, data=params, headers=self._headers, timeout=self.timeout_s, stream=True
                 )
-            body = self._read_body(response, expr, deadline)
-        except requests.Timeout as exc:
-            raise QueryError(
-                f"Prometheus at {self.url} did not answer within {self.timeout_s:g} s "
-                f"(query: {_quote(expr)}); it may be overloaded or the query too heavy: narrow the "
-                "range or selector, or raise prometheus.timeout_s"
-            ) from exc
-        except requests.ConnectionError as exc:
-            raise QueryError(
-                f"Prometheus at {self.url} is unreachable ({_reason(exc)}); check prometheus.url and that "
-                "the server is running"
-            ) from exc
+                if response.status_code == 405:
+                    response.close()
+                    response = self._session.get(
+                        url, params=params, headers=self._headers, timeout=self.timeout_s, stream=True
+                    )
+                body = self._read_body(response, expr, deadline)
         except requests.RequestException as exc:
+            if isinstance(exc, requests.Timeout) or cut.expired:
+                raise QueryError(
+                    f"Prometheus at {self.url} did not answer within {self.timeout_s:g} s "
+                    f"(query: {_quote(expr)}); it may be overloaded or the query too heavy: narrow the "
+                    "range or selector, or raise prometheus.timeout_s"
+                ) from exc
+            if isinstance(exc, requests.ConnectionError):
+                raise QueryError(
+                    f"Prometheus at {self.url} is unreachable ({_reason(exc)}); check prometheus.url and "
+                    "that the server is running"
+                ) from exc
             raise QueryError(f"Prometheus at {self.url}: request failed ({_reason(exc)})") from exc
         return self._decode(response, body, expr)
 

@@ -8,8 +8,9 @@ appears in a message or a log line.
 from __future__ import annotations
 
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +35,7 @@ from config import ScrapeSettings, Target
 # both anyway.
 METRICS_ACCEPT = "text/plain;version=0.0.4,*/*;q=0.1"
 _CHUNK_BYTES = 64 * 1024
+REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,24 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret replaced: servers can echo what they were sent (a status line, a header, a
+    quoted body line), and whatever they say ends up in errors, history, logs and pages."""
+    for secret in secrets:
+        if not secret:
+            continue
+        text = text.replace(secret, REDACTED)
+        head = secret[:8]
+        if len(head) >= 4 and head in text:  # a quote cut the secret short ('Bearer swsecret-09b8…')
+            text = re.sub(re.escape(head) + r"[^\s'\"]*", REDACTED, text)
+    return text
+
+
+def _capped(text: str, limit: int = 120) -> str:
+    printable = "".join(ch if ch.isprintable() else "?" for ch in text[: limit + 1])
+    return printable if len(printable) <= limit else printable[:limit] + "…"
+
+
 def _phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
@@ -72,6 +92,8 @@ def _status_hint(status: int, path: str, target: Target) -> str:
         return "is the server started with --enable-metrics?"
     if status == 404:
         return "check the URL is the SGLang server's base URL"
+    if 300 <= status < 400:
+        return "redirects are not followed; set the target's url to the server's own address"
     if status == 503:
         return "the server is starting, shutting down or overloaded"
     if status >= 500:
@@ -121,6 +143,18 @@ class Fetcher:
     def timeout_s(self) -> float:
         return self._settings.timeout_s
 
+    def secrets(self, target: Target) -> tuple[str, ...]:
+        """What requests to ``target`` carry that must never be shown: its bearer token, if set."""
+        if not target.bearer_token_env:
+            return ()
+        environ = os.environ if self._environ is None else self._environ
+        token = environ.get(target.bearer_token_env, "")
+        return (token,) if token else ()
+
+    def redact(self, target: Target, text: str) -> str:
+        """``text`` (an error, a recipe flag) without ``target``'s secrets."""
+        return redact(text, self.secrets(target))
+
     def _headers(self, target: Target, accept: str) -> dict[str, str]:
         headers = {"Accept": accept}
         if target.bearer_token_env:
@@ -150,16 +184,27 @@ class Fetcher:
         verify: bool | str = self._settings.ca_bundle or self._settings.verify_tls
         with WATCHDOG.scope(deadline) as scope:
             try:
+                # Redirects are not followed: a target could otherwise send the collector (and, via quoted
+                # errors, the dashboard) to any address it can reach.
                 response = self._session.get(
-                    url, headers=headers, timeout=(remaining, remaining), stream=True, verify=verify
+                    url,
+                    headers=headers,
+                    timeout=(remaining, remaining),
+                    stream=True,
+                    verify=verify,
+                    allow_redirects=False,
                 )
                 try:
                     status = response.status_code
                     if not 200 <= status < 300:
-                        reason = response.reason or _phrase(status)
+                        # The reason phrase and Location are the server's words: capped, and redacted later.
+                        reason = _capped(response.reason or "") or _phrase(status)
+                        hint = _status_hint(status, path, target)
+                        location = response.headers.get("Location")
+                        if 300 <= status < 400 and location:
+                            hint += f" (it points to {_capped(safe_url(location))})"
                         raise HTTPStatusError(
-                            f"{target.name}: {shown} answered HTTP {status} {reason}".rstrip()
-                            + f"; {_status_hint(status, path, target)}",
+                            f"{target.name}: {shown} answered HTTP {status} {reason}".rstrip() + f"; {hint}",
                             status=status,
                         )
                     body = self._read_body(response, target, shown, deadline)

@@ -189,12 +189,16 @@ class SqliteStore:
         return result
 
     def latest(self, since_ts: float | None = None) -> list[TargetSnapshot]:
-        """The newest snapshot of each target (seen after ``since_ts``, if given), ordered by target."""
+        """The newest snapshot of each target (seen after ``since_ts``, if given), ordered by target.
+
+        Newest means last written (rowid), not largest ``ts``: after the wall clock steps back, rows stamped
+        in the "future" must not hide what was scraped since. Snapshots are written in scrape order.
+        """
         where = "WHERE ts >= ?" if since_ts is not None else ""
         params: tuple[object, ...] = (since_ts,) if since_ts is not None else ()
         rows = self._query(
             f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM samples WHERE rowid IN "
-            f"(SELECT rowid FROM (SELECT rowid, target, MAX(ts) FROM samples {where} GROUP BY target)) "
+            f"(SELECT MAX(rowid) FROM samples {where} GROUP BY target) "
             "ORDER BY target",
             params,
         )

@@ -157,3 +157,15 @@ def ensure_pool_capacity(session: requests.Session, targets: int) -> None:
     session.mount("http://", bigger)
     session.mount("https://", bigger)
     adapter.close()
+
+
+def make_service_session() -> requests.Session:
+    """A session for the services specwatch talks to (Prometheus, notification receivers): requests made
+    inside a ``WATCHDOG.scope`` obey its deadline, and unlike the scrape session the environment's proxy
+    settings are kept, since those services are often reached through one."""
+    session = requests.Session()
+    session.headers["User-Agent"] = USER_AGENT
+    adapter = DeadlineAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

@@ -9,6 +9,7 @@ from config.loader import load_config, load_targets_file, parse_config
 from config.settings import (
     AlertSettings,
     Config,
+    DashboardSettings,
     ExporterSettings,
     PrometheusSettings,
     ScrapeSettings,
@@ -21,6 +22,7 @@ __all__ = [
     "AlertSettings",
     "Config",
     "ConfigError",
+    "DashboardSettings",
     "ExporterSettings",
     "PrometheusSettings",
     "ScrapeSettings",

@@ -32,7 +32,11 @@ def _read_document(path: Path) -> Any:
             return json.loads(text)
         return yaml.safe_load(text)  # safe loader: no arbitrary object construction
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(source, "", "valid YAML/JSON", str(exc).splitlines()[0]) from exc
+        problem = str(exc).splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:  # PyYAML puts the position on later lines: keep it (first), so the spot is found
+            problem = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        raise ConfigError(source, "", "valid YAML/JSON", problem) from exc
 
 
 def _error_from_validation(source: str, exc: ValidationError) -> ConfigError:

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class _Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # YAML reads yes/no/true/on as booleans and lax pydantic would take them as 1/0 for a number
+        # (`timeout_s: yes` → 1 s): refuse instead, so the key is named.
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = (annotation, *get_args(annotation))
+            if bool not in kinds and (float in kinds or int in kinds):
+                raise ValueError("a number, not true/false")
+        return value
 
 
 def _check_http_url(value: str) -> str:
@@ -28,6 +41,14 @@ class ScrapeSettings(_Settings):
     concurrency: int = Field(64, ge=1, le=1024, description="Targets scraped at once.")
     verify_tls: bool = Field(True, description="Verify HTTPS certificates of targets.")
     ca_bundle: str | None = Field(None, description="Path of a CA bundle used to verify HTTPS targets.")
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _readable_bundle(cls, value: str | None) -> str | None:
+        # Otherwise every HTTPS scrape fails later with a transport error that does not name this key.
+        if value is not None and not Path(value).is_file():
+            raise ValueError("the path of an existing PEM file")
+        return value
 
     @model_validator(mode="after")
     def _timeout_fits_interval(self) -> ScrapeSettings:
@@ -99,6 +120,10 @@ class PrometheusSettings(_Settings):
         le=86400,
         description="rate() window, seconds (default max(4 × scrape.interval_s, 60)); cover ≥ 4 scrapes.",
     )
+    use_recording_rules: bool = Field(
+        False,
+        description="History reads the series of `export-recording-rules` (load them into Prometheus first).",
+    )
 
     _url = field_validator("url")(_check_http_url)
 
@@ -117,6 +142,28 @@ class ExporterSettings(_Settings):
         "127.0.0.1:9464", description="host:port of the collector's own /metrics; null disables it."
     )
 
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        # Checked at load, so a typo names the file and key instead of failing when the exporter starts.
+        if value is not None:
+            host, sep, port = value.rpartition(":")
+            if not sep or not host or not port.isdigit() or int(port) > 65535:
+                raise ValueError("host:port, e.g. 127.0.0.1:9464 (loopback unless you mean otherwise)")
+        return value
+
+
+class DashboardSettings(_Settings):
+    token_env: str | None = Field(
+        None,
+        description="Environment variable holding the dashboard's access token (default: "
+        "SPECWATCH_DASHBOARD_TOKEN when set); no token, no gate. Never the token itself.",
+    )
+    oidc: bool = Field(
+        False,
+        description="Require Streamlit's st.login (OpenID Connect; [auth] in .streamlit/secrets.toml).",
+    )
+
 
 class Config(_Settings):
     source: Literal["direct", "prometheus"] = Field("direct", description="Where signals come from.")
@@ -131,6 +178,9 @@ class Config(_Settings):
     sim: SimSettings | None = Field(None, description="Start a simulated fleet in-process and scrape it.")
     exporter: ExporterSettings = Field(
         default_factory=ExporterSettings, description="The collector's /metrics."
+    )
+    dashboard: DashboardSettings = Field(
+        default_factory=DashboardSettings, description="Who may see the dashboard."
     )
 
     @model_validator(mode="after")

@@ -124,6 +124,8 @@ class Listener:
         self.connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._placeholder: socket.socket | None = None
+        # The fleet's ticker and a test's set_fault() can reconcile the same port at once: one at a time.
+        self._lock = asyncio.Lock()
 
     @property
     def is_open(self) -> bool:
@@ -131,39 +133,52 @@ class Listener:
 
     async def open(self) -> None:
         """Start listening (again on the same port after ``close``); OSError in words if it is taken."""
+        async with self._lock:
+            await self._open()
+
+    async def _open(self) -> None:
         if self._server is not None:
             return
-        self._release_placeholder()
         loop = asyncio.get_running_loop()
         try:
+            # SO_REUSEPORT lets the listener bind while the placeholder still holds the port, so there is no
+            # moment when a client socket of this process could take it as its ephemeral port.
             self._server = await loop.create_server(
                 lambda: _Connection(self),
                 self.host,
                 self.port,
                 reuse_address=True,
+                reuse_port=True,
                 family=socket.AF_INET,
                 backlog=256,
             )
         except OSError as exc:
             raise OSError(exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from exc
         self.port = self._server.sockets[0].getsockname()[1]
+        self._release_placeholder()
 
     async def close(self) -> None:
         """Refuse new connections and drop open ones, as a dead process's port does."""
+        async with self._lock:
+            await self._close()
+
+    async def _close(self) -> None:
         server, self._server = self._server, None
         if server is None:
             return
-        server.close()
-        for connection in list(self.connections):
-            connection.abort()
-        await server.wait_closed()
+        # Bound (SO_REUSEPORT) before the listener closes: the port is never free, so never taken meanwhile.
         placeholder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             placeholder.bind((self.host, self.port))
             self._placeholder = placeholder
         except OSError:
-            placeholder.close()  # someone took the port meanwhile; open() will say so in words
+            placeholder.close()  # open() will say in words if the port is gone
+        server.close()
+        for connection in list(self.connections):
+            connection.abort()
+        await server.wait_closed()
 
     async def shutdown(self) -> None:
         """Close for good: nothing left bound."""

@@ -118,13 +118,13 @@ def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
     down = table[table["status"] == STATUS_DOWN]
     if totals.up == 0:
         reasons = "; ".join(
-            f"{server}: {error or 'no answer'}"
+            ui.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
             for server, error in zip(table["server"].head(3), table["error"].head(3), strict=True)
         )
         st.error(f"**No server is up** ({totals.servers} known). {reasons}", icon=":material/error:")
     elif not down.empty:
         names = ", ".join(
-            f"{server} ({error or 'down'})"
+            ui.plain(f"{server} ({error or 'down'})")
             for server, error in zip(down["server"].head(5), down["error"].head(5), strict=True)
         )
         more = f" and {len(down) - 5} more" if len(down) > 5 else ""

@@ -41,7 +41,10 @@ def _live(ctx: PageContext, target: str) -> None:
         table, board = fleet.load_fleet_table(ctx, now_ts)
         rows = table[table["server"] == target]
         if rows.empty:
-            st.info(f"No sample from **{target}** in the last {ctx.range_label}.", icon=":material/schedule:")
+            st.info(
+                f"No sample from **{ui.plain(target)}** in the last {ctx.range_label}.",
+                icon=":material/schedule:",
+            )
             return
         row = rows.iloc[0]
         _header(ctx, row)
@@ -50,7 +53,10 @@ def _live(ctx: PageContext, target: str) -> None:
             ctx.store_path, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES
         )
         if history.empty:
-            st.info(f"No history for **{target}** in the last {ctx.range_label}.", icon=":material/schedule:")
+            st.info(
+                f"No history for **{ui.plain(target)}** in the last {ctx.range_label}.",
+                icon=":material/schedule:",
+            )
             return
         history = history.assign(
             step_latency_ms=history["step_latency_s"] * 1000.0,
@@ -73,14 +79,14 @@ def _live(ctx: PageContext, target: str) -> None:
 
 def _header(ctx: PageContext, row: pd.Series) -> None:
     status = str(row["status"])
-    line = f"**{row['server']}** · {fleet.STATUS_BADGES.get(status, status)}"
+    line = f"**{ui.plain(str(row['server']))}** · {fleet.STATUS_BADGES.get(status, status)}"
     if row["deployment"]:
         line += f" · deployment `{row['deployment']}`"
     if row["recipe"]:
         line += f" · recipe `{row['recipe']}`"
     st.markdown(line)
     if row["error"]:
-        st.error(f"Last scrape error: {row['error']}", icon=":material/error:")
+        st.error(f"Last scrape error: {ui.plain(str(row['error']))}", icon=":material/error:")
     if row["alerts"]:
         st.warning(f"Firing: {row['alerts']}", icon=":material/notifications_active:")
     ui.freshness(ctx, ctx.now() - float(row["last_seen_s"]) if not math.isnan(row["last_seen_s"]) else None)

@@ -6,6 +6,7 @@ Every empty or failing case ends in a sentence that says what is missing and wha
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +17,16 @@ from views import data
 from views.shell import PageContext, format_age
 
 DASH = "—"
+
+# Markdown that text from a server (an error's reason phrase, a quoted line) could use to draw links, images
+# (a request to any host from every viewer's browser), HTML, math or Streamlit's colour directives.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#!|~$])")
+
+
+def plain(text: str) -> str:
+    """``text`` as literal characters inside st.markdown/st.error/...: every markup character is escaped and
+    newlines become spaces, so a server's words are shown, never interpreted."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text.replace("\r", " ").replace("\n", " "))
 
 
 def num(value: float | None, spec: str = ".2f", unit: str = "") -> str:
