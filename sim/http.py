@@ -141,14 +141,15 @@ class Listener:
             return
         loop = asyncio.get_running_loop()
         try:
-            # SO_REUSEPORT lets the listener bind while the placeholder still holds the port, so there is no
-            # moment when a client socket of this process could take it as its ephemeral port.
+            # Reopening: SO_REUSEPORT lets the listener bind while our placeholder still holds the port, so
+            # there is no moment when a client socket of this process could take it as its ephemeral port. The
+            # first open goes without it, so a port someone else listens on is refused in words.
             self._server = await loop.create_server(
                 lambda: _Connection(self),
                 self.host,
                 self.port,
                 reuse_address=True,
-                reuse_port=True,
+                reuse_port=self._placeholder is not None,
                 family=socket.AF_INET,
                 backlog=256,
             )
