@@ -21,7 +21,7 @@ import streamlit as st
 from alerts.service import Service
 from collectors.runner import CollectorHealth
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
-from views import gate
+from views import data, gate
 from views.pages import PAGES
 from views.shell import PageContext, time_range_picker
 from views.ui import plain
@@ -190,6 +190,7 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
                 icon=":material/error:",
             )
         _collector_problems(runtime)
+    data.serve_history_from(runtime.config)
     ctx = PageContext(config=runtime.config, range_key=range_key)
     start = args.page or PAGES[0].url_path
     pages = [

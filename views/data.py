@@ -24,7 +24,9 @@ from alerts.model import AlertInstance, AlertTransition
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
-from collectors.store import SqliteStore
+from collectors.prometheus_history import open_history
+from collectors.store import HistoryStore, SqliteStore
+from config import Config
 from views.shell import TimeWindow, quantised_window
 
 T = TypeVar("T")
@@ -33,20 +35,31 @@ _READ_TIMEOUT_S = 60.0
 _READER_THREADS = 2
 
 
+# Which history backend serves a store path: ``source: prometheus`` reads range views from Prometheus (events,
+# recipes and alert state stay in the SQLite file); anything else reads the SQLite file itself.
+_HISTORY_CONFIGS: dict[str, Config] = {}
+
+
+def serve_history_from(config: Config) -> None:
+    """Make reads of ``config.store.path`` go to the history backend of ``config`` (called by app.py)."""
+    _HISTORY_CONFIGS[config.store.path] = config
+
+
 class StoreReader:
-    """One SqliteStore per path per process, read only from a fixed pool of threads."""
+    """One history store per path per process, read only from a fixed pool of threads."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._pool = ThreadPoolExecutor(max_workers=_READER_THREADS, thread_name_prefix="specwatch-read")
         self._lock = threading.Lock()
-        self._store: SqliteStore | None = None
+        self._store: HistoryStore | None = None
         self._alerts: AlertStateStore | None = None
 
-    def _open(self) -> SqliteStore:
+    def _open(self) -> HistoryStore:
         with self._lock:
             if self._store is None:
-                self._store = SqliteStore(self.path)
+                config = _HISTORY_CONFIGS.get(self.path)
+                self._store = open_history(config) if config is not None else SqliteStore(self.path)
             return self._store
 
     def _open_alerts(self) -> AlertStateStore:
@@ -55,7 +68,7 @@ class StoreReader:
                 self._alerts = AlertStateStore(self.path)
             return self._alerts
 
-    def call(self, fn: Callable[[SqliteStore], T]) -> T:
+    def call(self, fn: Callable[[HistoryStore], T]) -> T:
         return self._wait(self._pool.submit(lambda: fn(self._open())))
 
     def call_alerts(self, fn: Callable[[AlertStateStore], T]) -> T:

@@ -1,0 +1,58 @@
+"""With source: prometheus, the dashboard's reads and the alert service's history both come from Prometheus.
+
+Nothing above the collectors knows which source fed it: the views read range history through the same calls,
+and the in-app collector does not copy Prometheus's samples into the SQLite file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from alerts.service import Service
+from collectors.store import SqliteStore
+from config import Config
+from tests.prometheus.engines import Engine, StaticServer, source_config
+from views import data
+
+pytestmark = pytest.mark.engines
+
+
+def _config(engine_url: str, labelled: StaticServer, tmp_path: Path) -> Config:
+    config = source_config(engine_url, [("golden", labelled.url)])
+    return config.model_copy(
+        update={"store": config.store.model_copy(update={"path": str(tmp_path / "meta.db")})}
+    )
+
+
+def test_dashboard_reads_range_history_from_prometheus(
+    golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer], tmp_path: Path
+) -> None:
+    config = _config(golden_engine.url, golden_servers[0], tmp_path)
+    data.serve_history_from(config)
+    reader = data.StoreReader(config.store.path)
+    try:
+        end = time.time()
+        frame = reader.call(lambda store: store.read_samples(end - 3, end, ["golden"]))
+        assert len(frame) >= 2
+        assert (frame["running"] == 41).all()  # the served gauge, as Prometheus stored it
+        assert frame["kv_usage"].to_list() == pytest.approx([0.2419] * len(frame))  # not token_usage (0.73)
+    finally:
+        reader.close()
+    assert SqliteStore(config.store.path).count_samples() == 0  # the SQLite file was never the source
+
+
+def test_alert_service_keeps_samples_in_prometheus_not_sqlite(
+    golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer], tmp_path: Path
+) -> None:
+    config = _config(golden_engine.url, golden_servers[0], tmp_path)
+    service = Service(config)
+    try:
+        snapshots = {s.target: s for s in service.run_cycle()}
+    finally:
+        service.stop()
+    assert snapshots["golden"].up
+    assert snapshots["golden"].signals.running == 41
+    assert SqliteStore(config.store.path).count_samples() == 0  # no duplicate rows beside Prometheus
