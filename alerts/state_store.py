@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from alerts.model import AlertInstance, AlertState, AlertTransition, Delivery, OutboxItem, Pairs
 from collectors.errors import StoreError
+from collectors.sqlite import ThreadConnections
 
 SCHEMA_VERSION = 1
 
@@ -99,28 +99,12 @@ class AlertStateStore:
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
         self.path = str(path)
-        self._busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._connections = ThreadConnections(self.path, busy_timeout_s=busy_timeout_s, what="alert store")
         self._migrate()
 
     # -- plumbing --------------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            try:
-                connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, check_same_thread=False)
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot open alert store {self.path}: {exc}") from exc
-            self._local.connection = connection
-            with self._lock:
-                self._connections.append(connection)
-        return connection
+        return self._connections.get()
 
     def _migrate(self) -> None:
         try:
@@ -324,11 +308,7 @@ class AlertStateStore:
             raise StoreError(f"alert store {self.path}: prune failed: {exc}") from exc
 
     def close(self) -> None:
-        with self._lock:
-            for connection in self._connections:
-                connection.close()
-            self._connections.clear()
-        self._local = threading.local()
+        self._connections.close_all()
 
 
 def _instance(row: Sequence[object]) -> AlertInstance:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +17,7 @@ import pandas as pd
 
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
+from collectors.sqlite import ThreadConnections
 
 SCHEMA_VERSION = 1
 
@@ -80,32 +80,11 @@ class SqliteStore:
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
         self.path = str(path)
-        self._busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        # Streamlit runs every rerun in a fresh thread: connections of finished threads are closed when the
-        # next one is opened, so a long-lived dashboard does not leak file handles.
-        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
-        self._lock = threading.Lock()
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._connections = ThreadConnections(self.path, busy_timeout_s=busy_timeout_s, what="history store")
         self._migrate()
 
-    # -- connections -----------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            try:
-                connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, check_same_thread=False)
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot open history store {self.path}: {exc}") from exc
-            self._local.connection = connection
-            with self._lock:
-                for thread in [t for t in self._connections if not t.is_alive()]:
-                    self._connections.pop(thread).close()
-                self._connections[threading.current_thread()] = connection
-        return connection
+        return self._connections.get()
 
     def _migrate(self) -> None:
         connection = self._connect()
@@ -272,11 +251,7 @@ class SqliteStore:
         return int(str(self._query("SELECT COUNT(*) FROM samples")[0][0]))
 
     def close(self) -> None:
-        with self._lock:
-            for connection in self._connections.values():
-                connection.close()
-            self._connections.clear()
-        self._local = threading.local()
+        self._connections.close_all()
 
 
 def _empty_frame() -> pd.DataFrame:

@@ -21,5 +21,5 @@ def test_connections_of_finished_threads_are_closed(tmp_path: Path) -> None:
         thread.join()
     assert seen == [1] * 20
     # The main thread's connection plus at most the last reader's: the other 19 were closed.
-    assert len(store._connections) <= 2
+    assert store._connections.open_count() <= 2
     store.close()

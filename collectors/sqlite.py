@@ -1,0 +1,55 @@
+"""Per-thread SQLite connections to one file in WAL mode, shared by the history and alert-state stores.
+
+Streamlit runs every rerun in a fresh thread: connections of finished threads are closed when the next one is
+opened, so a long-lived dashboard does not leak file handles.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from collectors.errors import StoreError
+
+
+class ThreadConnections:
+    """One connection per thread (WAL: the collector writes while readers read); ``what`` names the store."""
+
+    def __init__(self, path: str, *, busy_timeout_s: float, what: str) -> None:
+        self.path = path
+        self._busy_timeout_s = busy_timeout_s
+        self._what = what
+        self._local = threading.local()
+        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
+        self._lock = threading.Lock()
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+    def get(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            try:
+                connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, check_same_thread=False)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open {self._what} {self.path}: {exc}") from exc
+            self._local.connection = connection
+            with self._lock:
+                for thread in [t for t in self._connections if not t.is_alive()]:
+                    self._connections.pop(thread).close()
+                self._connections[threading.current_thread()] = connection
+        return connection
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
+    def close_all(self) -> None:
+        with self._lock:
+            for connection in self._connections.values():
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
