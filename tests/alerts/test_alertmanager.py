@@ -4,7 +4,6 @@ resolution, groups them, and delivers both to a webhook receiver of this test.""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from alerts.payloads import fingerprint
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from tests.alerts.conftest import Receiver, snap
+from tests.loopback import free_port
 
 BINARY = shutil.which("prometheus-alertmanager")
 pytestmark = [
@@ -26,12 +26,6 @@ pytestmark = [
     pytest.mark.skipif(BINARY is None, reason="prometheus-alertmanager not on PATH (Debian package)"),
 ]
 INSTANT = {"StatePoolSaturation": {"for_s": 0, "keep_firing_for_s": 0, "window_s": 0.2}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -20,16 +19,11 @@ import requests
 import yaml
 
 from config import Config, Target, parse_config
+from tests.loopback import free_port
 
 PROMETHEUS = shutil.which("prometheus")
 VICTORIA = shutil.which("victoria-metrics")
 PROMTOOL = shutil.which("promtool")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape_config(jobs: dict[str, Sequence[str]], *, interval_s: float = 1.0) -> dict[str, Any]:

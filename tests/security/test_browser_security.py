@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -30,32 +29,17 @@ import pytest
 import yaml
 
 from tests.collectors.servers import LoopbackServer
+from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
 from tests.security.hostile import Canary, canary, status_line_server
 from views.pages import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TOKEN = "browser-gate-5d1c9e"
 TIMEOUT_MS = 60_000
 SCRIPT_MODEL = "<script>window.__pwned=1</script>"
 IMG_MODEL = '<img src=x onerror="window.__pwned=1">'
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run does)"
-    ),
-]
+pytestmark = BROWSER_MARKS
 
 
 @dataclass
@@ -94,12 +78,6 @@ def hostile_scenario(path: Path) -> Path:
     }
     path.write_text(yaml.safe_dump(scenario), encoding="utf-8")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,37 +21,16 @@ import yaml
 
 from collectors.store import SqliteStore
 from sim.history import synthesize_history
+from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
 from views.pages import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
 MAX_PAGE_BYTES = 2_000_000
 PAGE_TIMEOUT_MS = 60_000
 DRAWN_CHART = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg'
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)"
-    ),
-]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+pytestmark = BROWSER_MARKS
 
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
