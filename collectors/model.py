@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -52,6 +53,15 @@ class Recipe:
     def recipe_id(self) -> str:
         canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
         return "r-" + hashlib.sha256(canonical.encode()).hexdigest()[:8]
+
+    def changes_from(self, old: Recipe) -> tuple[str, ...]:
+        """The flags that differ from ``old``, as "flag old → new", in display order."""
+        before, after = old.as_dict(), self.as_dict()
+        return tuple(
+            f"{flag} {before.get(flag)} → {after.get(flag)}"
+            for flag in RECIPE_FLAGS
+            if before.get(flag) != after.get(flag)
+        )
 
     @property
     def max_running(self) -> int | None:
@@ -109,6 +119,21 @@ class Signals:
 
     def as_dict(self) -> dict[str, float | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def loss_shares(step_factor: float, accept_factor: float) -> tuple[float, float] | None:
+    """(step share, accept share) of a throughput change = step-latency factor × accept-length factor.
+
+    Each share is log(factor) / log(product), so the two add up exactly. None when the change is too small to
+    split or the factors pull in opposite directions (one half gained what the other lost).
+    """
+    if step_factor <= 0 or accept_factor <= 0:
+        return None
+    log_step, log_accept = math.log(step_factor), math.log(accept_factor)
+    total = log_step + log_accept
+    if abs(total) < 1e-9 or log_step * log_accept < 0:
+        return None
+    return log_step / total, log_accept / total
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import requests
 
 from collectors.errors import StoreError
-from collectors.model import RECIPE_FLAGS, Event, Recipe, TargetSnapshot
+from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store import HistoryStore
 from collectors.transport import ensure_pool_capacity, make_session
@@ -64,13 +64,7 @@ class CollectorHealth:
 
 
 def describe_recipe_change(old: Recipe, new: Recipe) -> str:
-    before, after = old.as_dict(), new.as_dict()
-    changes = [
-        f"{flag} {before.get(flag)} → {after.get(flag)}"
-        for flag in RECIPE_FLAGS
-        if before.get(flag) != after.get(flag)
-    ]
-    return f"{old.recipe_id} → {new.recipe_id}: " + ", ".join(changes)
+    return f"{old.recipe_id} → {new.recipe_id}: " + ", ".join(new.changes_from(old))
 
 
 def _file_signature(path: str) -> tuple[int, int, int] | None:

@@ -14,6 +14,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from collectors.model import loss_shares
 from views.frames import measured_tok_s_per_request
 
 # Run-to-run noise of one throughput measurement (seed: 8–10% on random-token traffic). A ratio closer to 1
@@ -105,11 +106,7 @@ class FractionRatio:
     def shares(self) -> tuple[float, float] | None:
         """(step share, accept share) of log(predicted); None when the two factors pull in opposite directions
         or the change is too small to split."""
-        log_step, log_accept = math.log(self.step_factor), math.log(self.accept_factor)
-        total = log_step + log_accept
-        if abs(total) < 1e-9 or log_step * log_accept < 0:
-            return None
-        return log_step / total, log_accept / total
+        return loss_shares(self.step_factor, self.accept_factor)
 
     def within_noise(self, noise: float = NOISE_FRACTION) -> bool:
         return abs(self.measured - 1.0) <= noise

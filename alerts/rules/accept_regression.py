@@ -62,9 +62,7 @@ def _fall(now: float | None, before: float | None) -> float | None:
 def recipe_diff(old: Recipe | None, new: Recipe | None) -> str:
     if old is None or new is None:
         return "flags unknown"
-    before, after = old.as_dict(), new.as_dict()
-    changed = [f"{k} {before.get(k)} → {after.get(k)}" for k in after if before.get(k) != after.get(k)]
-    return ", ".join(changed) or "no flag differs"
+    return ", ".join(new.changes_from(old)) or "no flag differs"
 
 
 class AcceptLengthRegression(Rule[RegressionSettings]):

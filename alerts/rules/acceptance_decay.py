@@ -19,7 +19,7 @@ from alerts.promql import BY, Exported, PromQL, alert_rule, duration, hysteresis
 from alerts.rules.base import Rule, RuleSettings, no_data, percent, setting, tokens
 from alerts.stats import LineFit, fit_line, quantile
 from alerts.window import TargetHistory
-from collectors.model import Recipe, TargetSnapshot
+from collectors.model import Recipe, TargetSnapshot, loss_shares
 
 LOW_PHI, HIGH_PHI = 0.1, 0.9  # the "ends" of the context range: robust to a few outlying cycles
 
@@ -127,18 +127,6 @@ def fit_rows(rows: Sequence[Row], min_context_ratio: float = 1.0) -> DecayFit | 
     )
 
 
-def loss_split(step_ratio: float, accept_ratio: float) -> tuple[float, float] | None:
-    """Shares of the per-request throughput loss: log(factor) / log(total), step cost first, draft second.
-
-    throughput ratio = step-latency ratio × accept-length ratio, so the logs add up exactly.
-    """
-    total = step_ratio * accept_ratio
-    if total <= 1.0 + 1e-9:
-        return None
-    step_share = max(0.0, min(1.0, math.log(max(step_ratio, 1.0)) / math.log(total)))
-    return step_share, 1.0 - step_share
-
-
 class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
     name = "AcceptanceDecayWithContext"
     settings_class = AcceptanceDecaySettings
@@ -216,7 +204,7 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
         }
         accept_ratio = decay.accept_low / decay.accept_high if decay.accept_high > 0 else math.inf
         step_ratio = decay.step_ratio
-        split = loss_split(step_ratio, accept_ratio) if step_ratio is not None else None
+        split = loss_shares(step_ratio, accept_ratio) if step_ratio is not None else None
         if split is not None and step_ratio is not None:
             total = step_ratio * accept_ratio
             text += (

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from alerts.model import Condition, Evaluation
 from alerts.rules import build_rules
-from alerts.rules.acceptance_decay import AcceptanceDecayWithContext, fit_decay, loss_split
+from alerts.rules.acceptance_decay import AcceptanceDecayWithContext, fit_decay
 from alerts.window import TargetHistory
 from collectors.model import Recipe, TargetSnapshot
+from collectors.model import loss_shares as loss_split
 from tests.alerts.conftest import recipe, snap
 
 T0 = 1_800_000_000.0
