@@ -1,8 +1,8 @@
 """All data access of the dashboard, cached: history (SQLite) and alert state, turned into DataFrames.
 
-Streamlit runs every rerun in a fresh thread and the store keeps one SQLite connection per thread, so reads go
-through a small, process-wide pool of reader threads: open connections stay bounded however long the dashboard
-runs. Cache keys carry quantised windows, so every tab shares one read per scrape interval.
+Reads go through a small, process-wide pool of reader threads: however many tabs rerun at once, at most two
+reads hit the store, and a read stuck on a locked or huge store becomes a clear error after a deadline
+instead of a hung page. Cache keys carry quantised windows, so every tab shares one read per scrape interval.
 """
 
 from __future__ import annotations
