@@ -32,7 +32,7 @@ from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, TargetSnapshot
-from collectors.store import HistoryStore
+from collectors.store.history import HistoryStore
 
 log = logging.getLogger(__name__)
 

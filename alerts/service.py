@@ -18,9 +18,9 @@ from alerts.notify import Notifier
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from collectors.model import TargetSnapshot
-from collectors.prometheus_history import open_history
+from collectors.prometheus.history import open_history
 from collectors.runner import Collector
-from collectors.store import HistoryStore
+from collectors.store.history import HistoryStore
 from config import Config
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from alerts.model import AlertInstance, AlertState, AlertTransition, Delivery, OutboxItem, Pairs
 from collectors.errors import StoreError
-from collectors.sqlite import ThreadConnections
+from collectors.store.connections import ThreadConnections
 
 SCHEMA_VERSION = 1
 

@@ -1,6 +1,6 @@
 """Alert benchmark: what evaluating every rule for a 500-target fleet costs per cycle, state commit included.
 
-Baseline (same run): parsing the same fleet's 500 /metrics bodies with ``collectors.exposition``, the work
+Baseline (same run): parsing the same fleet's 500 /metrics bodies with ``direct.exposition``, the work
 every collector cycle does anyway. Windows are full (10 min of 5 s snapshots) so the decay fit sees 120
 samples per target. Two fleets: a quiet one (nothing fires) and a saturated one (every target fires
 StatePoolSaturation, so each evaluation rewrites 500 active instances).
@@ -20,7 +20,7 @@ from alerts.model import AlertTransition
 from alerts.rules import build_rules
 from alerts.service import Service
 from alerts.state_store import AlertStateStore
-from collectors.exposition import parse_exposition
+from collectors.direct.exposition import parse_exposition
 from collectors.model import Signals, TargetSnapshot
 from config import load_config
 from sim.fleet import SimFleet

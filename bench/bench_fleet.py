@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from collectors.runner import Collector
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from collectors.transport import make_session
 from config import Config, parse_config
 

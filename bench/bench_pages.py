@@ -22,7 +22,7 @@ import streamlit as st
 import yaml
 from streamlit.testing.v1 import AppTest
 
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from sim.history import synthesize_history
 from views import data
 

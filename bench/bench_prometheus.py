@@ -25,10 +25,10 @@ import requests
 
 from collectors.errors import CollectorError
 from collectors.model import SIGNAL_NAMES, Recipe
-from collectors.prometheus_history import PrometheusHistory
-from collectors.prometheus_source import PrometheusSource
-from collectors.recording_rules import render_rules
-from collectors.store import SqliteStore
+from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.recording_rules import render_rules
+from collectors.prometheus.source import PrometheusSource
+from collectors.store.history import SqliteStore
 from config import Config, Target, parse_config
 
 FLEET_POINTS = 150  # views.fleet.FLEET_SERIES_POINTS: the Fleet chart's points per target

@@ -20,8 +20,8 @@ from types import FrameType
 from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
-from collectors.prometheus_history import open_history
-from collectors.recording_rules import export_recording_rules
+from collectors.prometheus.history import open_history
+from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
 from config import Config, ConfigError, load_config
 

@@ -21,7 +21,7 @@ import requests
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.source import Source, make_source
-from collectors.store import HistoryStore
+from collectors.store.history import HistoryStore
 from collectors.transport import ensure_pool_capacity, make_session
 from config import Config, ConfigError, Target, load_targets_file
 

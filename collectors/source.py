@@ -44,11 +44,11 @@ def make_source(
 ) -> Source:
     """The source ``config.source`` names."""
     if config.source == "direct":
-        from collectors.direct import DirectSource
+        from collectors.direct.source import DirectSource
 
         return DirectSource(config.scrape, targets, session=session, clock=clock)
     if config.source == "prometheus":
-        from collectors.prometheus_source import PrometheusSource
+        from collectors.prometheus.source import PrometheusSource
 
         return PrometheusSource(config, targets, session=session, clock=clock)
     raise ConfigError("<config>", "source", "'direct' or 'prometheus'", config.source)

@@ -24,8 +24,8 @@ from alerts.model import AlertInstance, AlertTransition
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
-from collectors.prometheus_history import open_history
-from collectors.store import HistoryStore, SqliteStore
+from collectors.prometheus.history import open_history
+from collectors.store.history import HistoryStore, SqliteStore
 from config import Config
 from views.shell import TimeWindow, quantised_window
 

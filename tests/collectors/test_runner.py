@@ -14,7 +14,7 @@ import pytest
 
 from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.runner import Collector
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from config import Config, Target, load_config, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load
 from tests.collectors.servers import FakeSGLang, LoopbackServer, Route, refused_url, reply, silent_listener

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
+from collectors.direct.scrape import Fetcher, safe_url, scrape_metrics
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,
@@ -16,7 +17,6 @@ from collectors.errors import (
     ScrapeTimeout,
     Unreachable,
 )
-from collectors.scrape import Fetcher, safe_url, scrape_metrics
 from collectors.transport import make_session
 from tests.collectors.bodies import OPENMETRICS_ACCEPT, Load, render
 from tests.collectors.conftest import scrape_settings, target

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import requests
 
+from collectors.direct.scrape import Fetcher
+from collectors.direct.server_info import fetch_recipe, recipe_from_server_info
 from collectors.errors import BadServerInfo, HTTPStatusError
 from collectors.model import Recipe
-from collectors.scrape import Fetcher
-from collectors.server_info import fetch_recipe, recipe_from_server_info
 from collectors.transport import make_session
 from tests.collectors.bodies import MODEL, SERVER_INFO
 from tests.collectors.conftest import scrape_settings, target

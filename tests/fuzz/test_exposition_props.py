@@ -13,9 +13,9 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.derive import CounterState, derive_signals
+from collectors.direct.derive import CounterState, derive_signals
+from collectors.direct.exposition import SIGNAL_SAMPLES, parse_exposition
 from collectors.errors import BadExposition
-from collectors.exposition import SIGNAL_SAMPLES, parse_exposition
 from collectors.model import Recipe
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

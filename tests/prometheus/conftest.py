@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from collectors.recording_rules import render_rules
+from collectors.prometheus.recording_rules import render_rules
 from config import Target
 from sim.fleet import SimFleet
 from tests.prometheus.engines import (

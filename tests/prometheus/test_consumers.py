@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from alerts.service import Service
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from config import Config
 from tests.prometheus.engines import Engine, StaticServer, source_config
 from views import data

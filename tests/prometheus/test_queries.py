@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from collectors.model import SIGNAL_NAMES
-from collectors.prometheus_queries import (
+from collectors.prometheus.queries import (
     SignalQueries,
     default_rate_window_s,
     format_duration,
@@ -13,7 +13,7 @@ from collectors.prometheus_queries import (
     rate_window_s,
     signal_queries,
 )
-from collectors.prometheus_recipes import coerce_label, recipe_from_labels
+from collectors.prometheus.recipes import coerce_label, recipe_from_labels
 from config import ConfigError, parse_config
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from collectors.errors import QueryError
-from collectors.prometheus_source import PrometheusSource
-from collectors.promql import PromClient
+from collectors.prometheus.client import PromClient
+from collectors.prometheus.source import PrometheusSource
 from config import parse_config
 from tests.prometheus.engines import Engine, StaticServer, free_port, source_config
 

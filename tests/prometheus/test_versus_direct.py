@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.direct import DirectSource
+from collectors.direct.source import DirectSource
 from collectors.model import TargetSnapshot
-from collectors.prometheus_history import PrometheusHistory
-from collectors.prometheus_source import PrometheusSource
+from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.source import PrometheusSource
 from collectors.transport import make_session
 from config import Config, parse_config
 from sim.fleet import SimFleet

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from collectors.errors import QueryError
-from collectors.promql import PromClient
+from collectors.prometheus.client import PromClient
 from collectors.runner import Collector
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from config import parse_config
 from tests.collectors.bodies import Load, render
 from tests.collectors.servers import Handler, LoopbackServer, drip, endless, send

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from sim.history import synthesize_history
 from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
 from views.pages import PAGES

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collectors.model import TargetSnapshot
-from collectors.store import SqliteStore
+from collectors.store.history import SqliteStore
 from sim.history import synthesize_history
 from tests.views.conftest import page_test, write_config
 from views.pages import PAGES

@@ -1,7 +1,7 @@
 """Prometheus recording rules for the derived signals, so Grafana (and anything reading Prometheus) gets the
 same step latency, per-request tok/s, average context, KV and state-pool usage as specwatch.
 
-The expressions are ``collectors.prometheus_queries``' — the ones the Prometheus source evaluates itself.
+The expressions are ``collectors.prometheus.queries``' — the ones the Prometheus source evaluates itself.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from collectors.prometheus_queries import (
+from collectors.prometheus.queries import (
     Recording,
     SignalQueries,
     format_duration,

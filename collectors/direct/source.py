@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 import requests
 import urllib3
 
-from collectors.derive import CounterState, derive_signals, detect_reset
+from collectors.direct.derive import CounterState, derive_signals, detect_reset
+from collectors.direct.scrape import Fetcher, scrape_metrics
+from collectors.direct.server_info import fetch_recipe
 from collectors.errors import ScrapeError, ScrapeTimeout
 from collectors.model import Event, Recipe, TargetSnapshot
-from collectors.scrape import Fetcher, scrape_metrics
-from collectors.server_info import fetch_recipe
 from config import ScrapeSettings, Target
 
 log = logging.getLogger(__name__)

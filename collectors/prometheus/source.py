@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 
 import requests
 
-from collectors.derive import spec_enabled
+from collectors.direct.derive import spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, TargetSnapshot
-from collectors.prometheus_queries import signal_queries
-from collectors.prometheus_recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
-from collectors.promql import InstantSample, PromClient
+from collectors.prometheus.client import InstantSample, PromClient
+from collectors.prometheus.queries import signal_queries
+from collectors.prometheus.recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
 from config.settings import Config, Target
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ class PrometheusSource:
             values = {signal: by_key.get(key) for signal, by_key in answers.signals.items()}
             errors.extend(answers.errors)
             if spec_known and spec_enabled(recipe) is False:
-                # Plain decoding emits one token per request per step (as collectors.derive): step = TPOT.
+                # Plain decoding emits one token per request per step (as direct.derive): step = TPOT.
                 values.update(accept_length=1.0, spec_accept_rate=None, step_latency_s=values.get("tpot_s"))
             info_error = self._book.error(key)
             if recipe is None and info_error is not None:

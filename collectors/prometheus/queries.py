@@ -176,7 +176,7 @@ class SignalQueries:
         """Window mean of a histogram: rate(_sum) / rate(_count), unknown when nothing was observed."""
         return f"({self.rate(histogram + '_sum')}) / ({self.rate(histogram + '_count')} > 0)"
 
-    # -- the signals (names, units and fallbacks as in collectors.derive) -----------------------------
+    # -- the signals (names, units and fallbacks as in collectors.direct.derive) -----------------------------
     def _live_accept_gauge(self) -> str:
         # The decode-log window's mean keeps its last value while the server idles: only trust it while busy.
         running_zero = f"{self.gauge('num_running_reqs', 'sum')} == 0"

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import urllib3.exceptions
 
+from collectors.direct.exposition import Exposition, parse_exposition
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,
@@ -26,7 +27,6 @@ from collectors.errors import (
     ScrapeTimeout,
     Unreachable,
 )
-from collectors.exposition import Exposition, parse_exposition
 from collectors.transport import WATCHDOG
 from config import ScrapeSettings, Target
 

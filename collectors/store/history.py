@@ -17,7 +17,7 @@ import pandas as pd
 
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
-from collectors.sqlite import ThreadConnections
+from collectors.store.connections import ThreadConnections
 
 SCHEMA_VERSION = 1
 

@@ -17,14 +17,14 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from collectors.derive import spec_enabled
+from collectors.direct.derive import spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
-from collectors.prometheus_queries import SignalQueries
-from collectors.prometheus_recipes import recipe_from_labels
-from collectors.prometheus_source import PrometheusSource, TargetKey
-from collectors.promql import RangeSeries
-from collectors.store import HistoryStore, SqliteStore
+from collectors.prometheus.client import RangeSeries
+from collectors.prometheus.queries import SignalQueries
+from collectors.prometheus.recipes import recipe_from_labels
+from collectors.prometheus.source import PrometheusSource, TargetKey
+from collectors.store.history import HistoryStore, SqliteStore
 from config.settings import Config
 
 T = TypeVar("T")

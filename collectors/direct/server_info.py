@@ -11,9 +11,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from collectors.direct.scrape import Fetcher
 from collectors.errors import BadServerInfo, HTTPStatusError
 from collectors.model import RECIPE_FLAGS, FlagValue, Recipe
-from collectors.scrape import Fetcher
 from config import Target
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")

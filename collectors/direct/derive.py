@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from collectors.exposition import SIGNAL_SAMPLES
+from collectors.direct.exposition import SIGNAL_SAMPLES
 from collectors.model import Recipe, Signals
 
 CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(

@@ -65,8 +65,8 @@ def recipe_from_labels(labels: Mapping[str, str]) -> Recipe | None:
 
 def default_recipe_fetcher(config: Config, session: requests.Session) -> RecipeFetcher:
     """Read /server_info with the direct source's fetcher (same timeouts, size cap, TLS and token rules)."""
-    from collectors.scrape import Fetcher
-    from collectors.server_info import fetch_recipe
+    from collectors.direct.scrape import Fetcher
+    from collectors.direct.server_info import fetch_recipe
 
     fetcher = Fetcher(session, config.scrape)
     return lambda target: fetch_recipe(fetcher, target)

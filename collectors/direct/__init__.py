@@ -1,0 +1,1 @@
+"""The direct source: scrape each SGLang server's /metrics and /server_info and derive the signals."""
