@@ -55,7 +55,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_rules(_load(args.config), source=args.config or "defaults"))
+    config, source = _load(args.config), args.config or "defaults"
+    sys.stdout.write(render_rules(config, source, include_recordings=not args.without_recordings))
     return 0
 
 
@@ -77,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     run.set_defaults(handler=_run)
     export = commands.add_parser("export-rules", help="print the rules as a Prometheus rule file")
     export.add_argument("--config", help="take thresholds from this file (default: the documented defaults)")
+    export.add_argument(
+        "--without-recordings",
+        action="store_true",
+        help="leave out the recording group (load `export-recording-rules` output beside the file instead)",
+    )
     export.set_defaults(handler=_export)
     check = commands.add_parser("check", help="validate the rule settings and describe each rule")
     check.add_argument("--config", help="configuration file to check (default: the documented defaults)")

@@ -1,27 +1,26 @@
-"""PromQL building blocks for the exported rule file: both metric spellings, tp_rank="0", shared recordings.
+"""PromQL building blocks for the exported alert rules.
 
-SGLang names are ``sglang:<name>`` but Prometheus stores ``sglang_<name>`` when it scrapes OpenMetrics, so
-every selector matches ``sglang[:_]<name>``; scheduler gauges are read from ``tp_rank="0"`` (the rank that
-reports).
+The alerts read the catalogue's recorded series (``collectors.prometheus.queries.recordings``: one series per
+``instance``/``job``, rendered by ``export-recording-rules``), never signal definitions of their own, so an
+exported alert and the dashboard read the same accept length, KV usage, cache hit rate and running count.
+Every window over a recorded series holds at least ``MIN_SAMPLES`` evaluations of the group interval.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-# Every per-target expression is aggregated to these labels, so expressions from different metrics line up.
-BY = "job, instance, deployment"
-JOIN = "job, instance"
+from collectors.prometheus.queries import SignalQueries, format_duration, recordings
 
+# The labels of every recorded series; alerts join on them (``on (instance, job)``).
+JOIN = "instance, job"
 
-def duration(seconds: float) -> str:
-    """A Prometheus duration: 600 → 10m, 90 → 90s, 7200 → 2h."""
-    whole = max(1, round(seconds))
-    for unit, size in (("h", 3600), ("m", 60)):
-        if whole % size == 0:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
+# avg_over_time over fewer samples is noise, and over one sample it is the sample: Prometheus's default
+# evaluation interval (1 m) with a 30 s window held one sample or none, and the exported rules fired nothing.
+MIN_SAMPLES = 4
+
+duration = format_duration  # for:, keep_firing_for: and interval: use the catalogue's duration text
 
 
 def number(value: float) -> str:
@@ -30,38 +29,36 @@ def number(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PromQL:
-    """Selectors for one fleet; ``selector`` holds extra matchers such as ``job="sglang"``."""
+    """The exported rules' view of one fleet: the catalogue's queries and the groups' evaluation interval."""
 
-    selector: str = ""
+    queries: SignalQueries = field(default_factory=SignalQueries)
+    interval_s: float = 15.0
 
-    def _matchers(self, name: str, scheduler: bool) -> str:
-        parts = [f'__name__=~"sglang[:_]{name}"']
-        if scheduler:
-            parts.append('tp_rank="0"')
-        if self.selector.strip():
-            parts.append(self.selector.strip().strip("{}"))
-        return "{" + ", ".join(parts) + "}"
+    def signal(self, name: str) -> str:
+        """The recorded series of catalogue signal ``name`` (KeyError names the catalogue's signals)."""
+        for recording in recordings(self.queries.rate_window_s):
+            if recording.signal == name:
+                return recording.record
+        known = ", ".join(r.signal for r in recordings(self.queries.rate_window_s))
+        raise KeyError(f"no recorded signal {name!r} in the catalogue ({known})")
 
-    def scheduler(self, name: str) -> str:
-        """A scheduler gauge of the reporting rank, either spelling."""
-        return self._matchers(name, scheduler=True)
+    def window_s(self, seconds: float) -> float:
+        """``seconds``, widened so the window holds at least MIN_SAMPLES evaluations."""
+        return max(seconds, MIN_SAMPLES * self.interval_s)
 
-    def tokenizer(self, name: str) -> str:
-        """A tokenizer-process series (no tp_rank label), either spelling."""
-        return self._matchers(name, scheduler=False)
+    def window(self, seconds: float) -> str:
+        return duration(self.window_s(seconds))
 
-    def gauge(self, name: str) -> str:
-        return f"max by ({BY}) ({self.scheduler(name)})"
+    def mean(self, signal: str, seconds: float) -> str:
+        """Window mean of a recorded signal, like the engine's mean over its window's snapshots."""
+        return f"avg_over_time({self.signal(signal)}[{self.window(seconds)}])"
+
+    def raw_gauge(self, name: str) -> str:
+        """A raw SGLang gauge the catalogue does not record (both spellings, reporting rank, per target)."""
+        return self.queries.gauge(name)
 
     def up(self) -> str:
-        return "up{" + (self.selector.strip().strip("{}") or 'job="sglang"') + "}"
-
-    def histogram_mean(self, name: str, window_s: float) -> str:
-        window = duration(window_s)
-        return (
-            f"sum by ({BY}) (rate({self.tokenizer(name + '_sum')}[{window}]))\n/ sum by ({BY}) "
-            f"(rate({self.tokenizer(name + '_count')}[{window}]))"
-        )
+        return "up{" + (self.queries.selector or 'job="sglang"') + "}"
 
 
 def hysteresis(fire: str, hold: str, alertname: str) -> str:
@@ -69,40 +66,12 @@ def hysteresis(fire: str, hold: str, alertname: str) -> str:
     return f'(\n  {fire}\n)\nor\n(\n  {hold}\n  and on ({JOIN}) ALERTS{{alertname="{alertname}"}}\n)'
 
 
-def signal_recordings(q: PromQL, rate_window_s: float = 300.0) -> list[dict[str, Any]]:
-    """The per-target signals the alerts read, as recording rules (evaluated in order within their group)."""
-    window = duration(rate_window_s)
-
-    return [
-        {"record": "specwatch:running", "expr": q.gauge("num_running_reqs")},
-        {"record": "specwatch:queued", "expr": q.gauge("num_queue_reqs")},
-        {"record": "specwatch:state_pool_usage", "expr": q.gauge("mamba_usage")},
-        {"record": "specwatch:kv_usage", "expr": q.gauge("full_token_usage")},
-        {"record": "specwatch:cache_hit_rate", "expr": q.gauge("cache_hit_rate")},
-        {"record": "specwatch:accept_length", "expr": q.gauge("spec_accept_length")},
-        {
-            "record": "specwatch:avg_context_tokens",
-            "expr": f"{q.gauge('decode_sum_seq_lens')}\n/ (specwatch:running > 0)",
-        },
-        {
-            # Radix-cached (evictable) slots exist only with the radix cache on: the exported stand-in for the
-            # recipe flag disable_radix_cache, which Prometheus cannot see.
-            "record": "specwatch:radix_evictable_slots",
-            "expr": q.gauge("kv_evictable_tokens"),
-        },
-        {
-            "record": "specwatch:ttft_seconds",
-            "expr": q.histogram_mean("time_to_first_token_seconds", rate_window_s),
-        },
-        {
-            "record": "specwatch:tpot_seconds",
-            "expr": q.histogram_mean("inter_token_latency_seconds", rate_window_s),
-        },
-        {
-            "record": "specwatch:output_tokens_per_second",
-            "expr": f"sum by ({BY}) (rate({q.tokenizer('generation_tokens_total')}[{window}]))",
-        },
-    ]
+def show(series: str, fmt: str) -> str:
+    """An annotation template printing ``series`` of the alert's instance (nothing when it has no value)."""
+    return (
+        f"{{{{ with printf \"{series}{{instance='%s'}}\" $labels.instance | query }}}}{{{{ . | first "
+        f"| value | {fmt} }}}}{{{{ end }}}}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import BY, Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.promql import Exported, PromQL
 from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting, tokens
 from alerts.window import TargetHistory
 from collectors.model import Recipe, TargetSnapshot
@@ -68,6 +68,12 @@ def recipe_diff(old: Recipe | None, new: Recipe | None) -> str:
 class AcceptLengthRegression(Rule[RegressionSettings]):
     name = "AcceptLengthRegression"
     settings_class = RegressionSettings
+    not_exported = (
+        "it judges throughput at comparable load against the previous recipe's own window, frozen at the "
+        "recipe change. Prometheus sees neither the recipe nor when it changed, and PromQL cannot pair a "
+        "baseline's throughput with the load it was measured at, so an exported copy would judge something "
+        "else (an accept-length fall that the engine clears when throughput held up)"
+    )
 
     @property
     def horizon_s(self) -> float:
@@ -163,48 +169,5 @@ class AcceptLengthRegression(Rule[RegressionSettings]):
             "or accept length (at comparable context) does when the load moved too much to compare."
         )
 
-    def export(self, q: PromQL) -> Exported:
-        # Prometheus has no recipe: a restart (counter reset) stands in for the change, and the best
-        # baseline-window mean of the lookback stands in for the previous recipe's level. As in the engine, a
-        # throughput that held up means the accept length was traded for a cheaper step: no alert.
-        s = self.settings
-        a = "specwatch:accept_regression_accept_length"
-        tput = "specwatch:accept_regression_output_tokens_per_second"
-        window, lookback, floor = duration(s.window_s), duration(s.lookback_s), number(s.min_running)
-        baseline_window = duration(s.baseline_window_s)
-        fall = f"(1 - avg_over_time({a}[{window}]) / max_over_time({a}:mean{baseline_window}[{lookback}]))"
-        requests = q.tokenizer("num_requests_total")
-        restarted = f"on (job, instance) sum by ({BY}) (resets({requests}[{lookback}])) > 0"
-        held_up = (
-            f"unless on (job, instance) avg_over_time({tput}[{window}])\n  >= (1 - {number(s.noise_band)}) * "
-            f"max_over_time({tput}:mean{baseline_window}[{lookback}])"
-        )
-        return Exported(
-            alert_rule(
-                self.name,
-                hysteresis(
-                    f"{fall} > {number(s.noise_band)}\n  and {restarted}\n  {held_up}",
-                    f"{fall} > {number(s.recover_band)}\n  and {restarted}\n  {held_up}",
-                    self.name,
-                ),
-                for_s=s.for_s,
-                keep_firing_for_s=s.keep_firing_for_s,
-                severity=s.severity,
-                summary="Accept length on {{ $labels.instance }} fell {{ $value | humanizePercentage }} "
-                "after a restart",
-                description=(
-                    f"Accept length over the last {window} is more than {percent(s.noise_band)} below its "
-                    f"best {baseline_window} mean of the last {lookback}, throughput did not hold up, and "
-                    "the server restarted (a recipe change?) in that time."
-                ),
-            ),
-            (
-                {"record": a, "expr": f"specwatch:accept_length\nand on ({BY}) specwatch:running >= {floor}"},
-                {"record": f"{a}:mean{baseline_window}", "expr": f"avg_over_time({a}[{baseline_window}])"},
-                {"record": tput, "expr": f"specwatch:output_tokens_per_second\nand {a}"},
-                {
-                    "record": f"{tput}:mean{baseline_window}",
-                    "expr": f"avg_over_time({tput}[{baseline_window}])",
-                },
-            ),
-        )
+    def export(self, q: PromQL) -> Exported | None:
+        return None  # see not_exported

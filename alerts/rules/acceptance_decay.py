@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import BY, Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number, show
 from alerts.rules.base import Rule, RuleSettings, no_data, percent, setting, tokens
 from alerts.stats import LineFit, fit_line, quantile
 from alerts.window import TargetHistory
@@ -232,7 +232,7 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        w = duration(s.window_s)
+        w = q.window(s.window_s)
         p = "specwatch:accept_decay"
         a, lc, step = f"{p}_accept_length", f"{p}_log_context", f"{p}_log_step_latency"
 
@@ -249,11 +249,12 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
 
         recordings = (
             {
+                # The engine's busy samples: accept length where at least min_running requests run.
                 "record": a,
-                "expr": f"specwatch:accept_length\nand on ({BY}) specwatch:running >= {floor}",
+                "expr": f"{q.signal('accept_length')}\nand on ({JOIN}) {q.signal('running')} >= {floor}",
             },
-            {"record": lc, "expr": f"ln(specwatch:avg_context_tokens) and {a}"},
-            {"record": step, "expr": f"ln({a} * on ({BY}) specwatch:tpot_seconds)"},
+            {"record": lc, "expr": f"ln({q.signal('avg_context_tokens')} > 0) and on ({JOIN}) {a}"},
+            {"record": step, "expr": f"ln({q.signal('step_latency_s')} > 0) and on ({JOIN}) {a}"},
             {"record": f"{a}_x_log_context", "expr": f"{a} * {lc}"},
             {"record": f"{step}_x_log_context", "expr": f"{step} * {lc}"},
             {"record": f"{p}_samples", "expr": f"count_over_time({lc}[{w}])"},
@@ -294,12 +295,6 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
         grows = f"{p}_context_ratio >= {number(s.min_context_ratio)}\n  and {p}_samples >= {s.min_samples}"
         significant = f"\n  and {p}_t < -{p}_t_critical"
         falling = f"\n  and {p}_slope < 0"
-
-        def show(series: str, fmt: str) -> str:
-            return (
-                f"{{{{ with printf \"{series}{{instance='%s'}}\" $labels.instance | query }}}}{{{{ . | first "
-                f"| value | {fmt} }}}}{{{{ end }}}}"
-            )
 
         two, whole, share = 'printf "%.2f"', 'printf "%.0f"', "humanizePercentage"
         description = (

@@ -151,6 +151,8 @@ class Rule(ABC, Generic[SettingsT]):
 
     name: ClassVar[str]
     settings_class: ClassVar[type[RuleSettings]]
+    # Why ``export`` returns None: the rule file's header prints it, so the omission is never silent.
+    not_exported: ClassVar[str] = ""
 
     def __init__(self, settings: SettingsT) -> None:
         self.settings = settings
@@ -205,8 +207,9 @@ class Rule(ABC, Generic[SettingsT]):
         """One English sentence with the configured thresholds (UI and notifications)."""
 
     @abstractmethod
-    def export(self, q: PromQL) -> Exported:
-        """The same rule as Prometheus alerting (and recording) rules."""
+    def export(self, q: PromQL) -> Exported | None:
+        """The same rule as Prometheus alerting (and recording) rules; None when PromQL cannot judge what
+        the engine judges (``not_exported`` says why)."""
 
     def window(self, history: TargetHistory, now: float) -> list[TargetSnapshot]:
         """The up snapshots inside ``window_s`` (at least the latest one)."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.promql import Exported, PromQL, alert_rule, hysteresis, number
 from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting
 from alerts.window import TargetHistory
 from collectors.model import Recipe
@@ -73,7 +73,7 @@ class KVPoolSaturation(Rule[KVPoolSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        kv = f"avg_over_time(specwatch:kv_usage[{duration(s.window_s)}])"
+        kv = q.mean("kv_usage", s.window_s)
         return Exported(
             alert_rule(
                 self.name,

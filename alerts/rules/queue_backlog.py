@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.promql import Exported, PromQL, alert_rule, hysteresis, number
 from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting
 from alerts.window import TargetHistory
 from collectors.model import Recipe
@@ -85,15 +85,13 @@ class QueueBacklog(Rule[QueueBacklogSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        queued = f"avg_over_time(specwatch:queued[{duration(s.window_s)}])"
+        queued, ttft = q.mean("queued", s.window_s), q.mean("ttft_s", s.window_s)
         return Exported(
             alert_rule(
                 self.name,
                 hysteresis(
-                    f"{queued} >= {number(s.max_queued)}\n  or specwatch:ttft_seconds >= "
-                    f"{number(s.max_ttft_s)}",
-                    f"{queued} >= {number(s.recover_queued)}\n  or specwatch:ttft_seconds >= "
-                    f"{number(s.recover_ttft_s)}",
+                    f"{queued} >= {number(s.max_queued)}\n  or {ttft} >= {number(s.max_ttft_s)}",
+                    f"{queued} >= {number(s.recover_queued)}\n  or {ttft} >= {number(s.recover_ttft_s)}",
                     self.name,
                 ),
                 for_s=s.for_s,

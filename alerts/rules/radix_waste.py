@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number
 from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, recipe_of, setting
 from alerts.window import TargetHistory
 from collectors.model import Recipe
@@ -109,22 +109,21 @@ class RadixCacheWaste(Rule[RadixWasteSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        w = duration(s.window_s)
-        hit, pool = (
-            f"avg_over_time(specwatch:cache_hit_rate[{w}])",
-            f"avg_over_time(specwatch:state_pool_usage[{w}])",
-        )
+        hit, pool = q.mean("cache_hit_rate", s.window_s), q.mean("state_pool_usage", s.window_s)
+        # Prometheus sees no recipe: radix-cached (evictable) slots exist only with the radix cache on, so
+        # they stand in for disable_radix_cache. The traffic floor reads the latest running count, as the
+        # engine reads its window's last snapshot.
         context = (
-            "\n  and on (job, instance) specwatch:radix_evictable_slots > 0\n  and on (job, instance) "
-            f"specwatch:running >= {number(s.min_running)}"
+            f"\n  and on ({JOIN}) {q.raw_gauge('kv_evictable_tokens')} > 0\n  and on ({JOIN}) "
+            f"{q.signal('running')} >= {number(s.min_running)}"
         )
         return Exported(
             alert_rule(
                 self.name,
                 hysteresis(
-                    f"{hit} < {number(s.max_hit_rate)}\n  and on (job, instance) {pool} >= "
+                    f"{hit} < {number(s.max_hit_rate)}\n  and on ({JOIN}) {pool} >= "
                     f"{number(s.state_pool_at)}" + context,
-                    f"{hit} < {number(s.recover_hit_rate)}\n  and on (job, instance) {pool} >= "
+                    f"{hit} < {number(s.recover_hit_rate)}\n  and on ({JOIN}) {pool} >= "
                     f"{number(s.recover_state_pool_below)}" + context,
                     self.name,
                 ),

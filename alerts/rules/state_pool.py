@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule, duration, hysteresis, number
+from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number
 from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, recipe_of, setting
 from alerts.window import TargetHistory
 from collectors.model import Recipe
@@ -93,18 +93,16 @@ class StatePoolSaturation(Rule[StatePoolSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        pool = f"avg_over_time(specwatch:state_pool_usage[{duration(s.window_s)}])"
-        queued = f"avg_over_time(specwatch:queued[{duration(s.window_s)}])"
+        pool, queued = q.mean("state_pool_usage", s.window_s), q.mean("queued", s.window_s)
         kv = (
-            "{{ with printf \"specwatch:kv_usage{instance='%s'}\" $labels.instance | query }}{{ . | first | "
-            "value | humanizePercentage }}{{ else }}unknown{{ end }}"
+            f"{{{{ with printf \"{q.signal('kv_usage')}{{instance='%s'}}\" $labels.instance | query }}}}"
+            "{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}"
         )
         return Exported(
             alert_rule(
                 self.name,
                 hysteresis(
-                    f"{pool} >= {number(s.fire_at)}\n  and on (job, instance) {queued} >= "
-                    f"{number(s.min_queued)}",
+                    f"{pool} >= {number(s.fire_at)}\n  and on ({JOIN}) {queued} >= {number(s.min_queued)}",
                     f"{pool} >= {number(s.recover_below)}",
                     self.name,
                 ),
