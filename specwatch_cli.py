@@ -1,6 +1,6 @@
 """``specwatch``: one command for what the README lists; each subcommand is the ``python -m`` form it names.
 
-    specwatch run [--config FILE] [--port 8501]      the dashboard (streamlit run app.py, as `make run`)
+    specwatch run [--config FILE] [--port 8501] [-- APP FLAGS]   the dashboard (as `make run`)
     specwatch collect --config FILE [...]            = python -m collectors
     specwatch alerts --config FILE [...]             = python -m alerts run
     specwatch export rules [--config FILE]           = python -m alerts export-rules
@@ -59,8 +59,10 @@ def _run(args: argparse.Namespace) -> int:
         "--browser.gatherUsageStats",
         "false",
     ]
-    if args.config:
-        command += ["--", "--config", args.config]
+    extra = args.app_args[1:] if args.app_args[:1] == ["--"] else args.app_args  # argparse keeps the "--"
+    app_args = [*(["--config", args.config] if args.config else []), *extra]
+    if app_args:
+        command += ["--", *app_args]
     if args.dry_run:
         print(" ".join(command))
         return 0
@@ -137,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8501")), help="default 8501")
     run.add_argument("--address", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     run.add_argument("--dry-run", action="store_true", help="print the streamlit command instead")
+    run.add_argument("app_args", nargs=argparse.REMAINDER, help="after --: the app's own flags (--page, ...)")
     run.set_defaults(handler=_run)
     for name, text in (
         ("collect", "headless collector (= python -m collectors; see `specwatch collect --help`)"),
