@@ -108,11 +108,21 @@ def run_scenario_offline(
         now_ts = T0 + step * step_s
         snapshots = []
         for server in servers:
-            server.advance(float(step * step_s))
+            at_s = float(step * step_s)
+            server.advance(at_s)
+            up = columns[_series_name("up", {}, server.name)]
+            if server.fault == "down" or at_s < server.booting_until:
+                # Connection refused (a scenario outage, or a restart still booting): Prometheus records
+                # up 0 and no samples; the engine gets a down snapshot.
+                up[step] = 0.0
+                snapshots.append(
+                    TargetSnapshot(target=server.name, ts=now_ts, up=False, error="connection refused")
+                )
+                continue
+            up[step] = 1.0
             body = server.render_body().decode()
             for name, value in _raw_samples(body, server.name, wanted).items():
                 columns[name][step] = value
-            columns[_series_name("up", {}, server.name)][step] = 1.0
             derivation = derive_signals(
                 parse_exposition(body).values, now_ts, counters[server.name], server.recipe
             )
@@ -127,6 +137,7 @@ def run_scenario_offline(
                     deployment=server.target.deployment,
                 )
             )
+            recipes.setdefault(server.recipe.recipe_id, server.recipe)  # a restart may bring a new one
         for transition in engine.observe(snapshots, now_ts):
             if transition.kind == "firing":
                 result.fired.add((transition.rule, transition.target))

@@ -5,7 +5,7 @@ bodies (computed here from the same series, never written down).
 context_decay fires AcceptanceDecayWithContext on the server whose prompts grow; batch_noise (accept length
 jittering across batch sizes) stays silent; state_saturation fires StatePoolSaturation and not
 KVPoolSaturation; demo's healthy servers (including the plain-decoding one, whose accept-length gauge is 0)
-stay silent while its saturated and long-context servers fire.
+stay silent while its saturated and long-context servers fire, and its outage fires TargetDown.
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def _state_pool_not_kv(fired: set[tuple[str, str]]) -> None:
 def _healthy_silent(fired: set[tuple[str, str]]) -> None:
     assert not {(r, t) for r, t in fired if t in {"k3-east-0", "k3-west-0", "k3-west-plain"}}
     assert ("StatePoolSaturation", "k3-west-saturated") in fired  # the same run is not silent everywhere
+    assert ("TargetDown", "k3-east-2") in fired  # its two-minute outage at 4200 s
 
 
 SCENARIOS: dict[str, tuple[int, Check]] = {
     "context_decay": (2400, _decay_on_the_ramp_only),
     "batch_noise": (2400, _no_decay),
     "state_saturation": (600, _state_pool_not_kv),
-    "demo": (2400, _healthy_silent),
+    "demo": (4500, _healthy_silent),
 }
 
 
