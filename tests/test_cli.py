@@ -144,6 +144,10 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path: Path) -> None:
         assert result.returncode == 2, (command, result.stderr)
         assert "prometheus.selector" in result.stderr
         assert "Traceback" not in result.stderr
+    label = specwatch("export", "grafana", "--recipe-label", "colour")
+    assert label.returncode == 2
+    assert "expected a recipe flag label: model, model_name" in label.stderr
+    assert "found 'colour'" in label.stderr
     missing = specwatch("export", "grafana", "--check", str(tmp_path / "nowhere.json"))
     assert missing.returncode == 1
     assert "nowhere.json" in missing.stderr

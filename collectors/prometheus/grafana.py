@@ -15,7 +15,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.model import RECIPE_FLAGS
 from collectors.prometheus.queries import SignalQueries, recordings, signal_queries
+from collectors.prometheus.recipes import LABEL_ALIASES
+from config.errors import ConfigError
 from config.settings import Config
 
 # The recipe flag used as the `recipe` variable: the DSpark verify window is what the seed's recipes differ
@@ -314,10 +317,23 @@ def dashboard(queries: SignalQueries, *, recipe_label: str = DEFAULT_RECIPE_LABE
     }
 
 
+def recipe_labels() -> tuple[str, ...]:
+    """The labels the Prometheus source reads recipe flags from (``recipes.recipe_from_labels``)."""
+    return tuple(label for flag in RECIPE_FLAGS for label in LABEL_ALIASES.get(flag, (flag,)))
+
+
 def render_dashboard(
     config: Config, *, source: str = "<config>", recipe_label: str = DEFAULT_RECIPE_LABEL
 ) -> str:
-    """The dashboard as JSON text for ``config`` (its prometheus.selector and rate window)."""
+    """The dashboard as JSON text for ``config`` (its prometheus.selector and rate window); ConfigError when
+    ``recipe_label`` is not a label the Prometheus source reads a recipe flag from."""
+    if recipe_label not in recipe_labels():
+        raise ConfigError(
+            "--recipe-label",
+            "recipe label",
+            "a recipe flag label: " + ", ".join(recipe_labels()),
+            recipe_label,
+        )
     board = dashboard(signal_queries(config, source=source), recipe_label=recipe_label)
     return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
 
