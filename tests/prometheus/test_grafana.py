@@ -46,6 +46,16 @@ def test_a_grafana_10_dashboard_with_the_three_variables_and_no_traffic_on_idle_
     pools = next(p for p in panels(board) if p["title"] == "State pool vs KV")
     assert [t["legendFormat"].split()[0] for t in pools["targets"]] == ["state", "KV"]
     assert "noValue" not in pools["fieldConfig"]["defaults"]  # 0 % of an idle pool is a real 0
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))  # Grafana keys panels by id
+    cells = [
+        (p["gridPos"]["y"] + dy, p["gridPos"]["x"] + dx)
+        for p in board["panels"]
+        for dy in range(p["gridPos"]["h"])
+        for dx in range(p["gridPos"]["w"])
+    ]
+    assert len(cells) == len(set(cells))  # no panel hides another
+    assert max(x for _, x in cells) < 24
     assert check_dashboard(board, QUERIES) == []
 
 
