@@ -121,11 +121,10 @@ class PrometheusHistory:
         now = self._clock()
         with self._lock:  # the source keeps per-target state between calls: one reader at a time
             snapshots = self._source.collect(now)
-        errors = [
-            s.error for s in snapshots if not s.up and s.error and "cannot read it from Prometheus" in s.error
-        ]
-        if snapshots and len(errors) == len(snapshots):
-            raise PrometheusHistoryError(errors[0].split(": ", 1)[1])
+            health = self._source.health()
+        if not health.answered:
+            # Blind: the targets are unknown, not down; the page says why instead of drawing a dead fleet.
+            raise PrometheusHistoryError(health.error or f"Prometheus at {health.url} cannot answer")
         if not snapshots:
             self._check_reachable()
         return [s for s in snapshots if since_ts is None or s.ts >= since_ts]
