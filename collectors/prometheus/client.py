@@ -86,11 +86,10 @@ class PromClient:
         # Messages and logs name the server without any user:password@ (the requests still carry it).
         self.safe_url = safe_url(self.url)
         secrets = [urlsplit(self.url).password or "", bearer_token or ""]
-        secrets += [
-            value
-            for name, value in (headers or {}).items()
-            if any(word in name.lower() for word in _SECRET_HEADER_WORDS)
-        ]
+        for name, value in (headers or {}).items():
+            if any(word in name.lower() for word in _SECRET_HEADER_WORDS):
+                # "Bearer <token>" / "Basic <b64>": servers echo the credential without its scheme.
+                secrets += [value, value.split(" ", 1)[-1]]
         self._secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
         self.timeout_s = timeout_s
         self.max_body_bytes = max_body_bytes
@@ -138,8 +137,8 @@ class PromClient:
         """Evaluate ``expr`` at unix time ``at`` (server time if None); a scalar is one unlabelled sample.
 
         A partial answer (Thanos/Mimir ``warnings``: a store or querier did not answer) still returns its
-        samples; the warnings, in words, are appended to ``warnings`` when given, so callers can treat what
-        is missing as unknown rather than gone.
+        samples; the server's warnings (quoted, credentials redacted) are appended to ``warnings`` when given,
+        so callers can treat what is missing as unknown rather than gone.
         """
         params: dict[str, str] = {"query": expr, "timeout": self._timeout_param}
         if at is not None:
@@ -210,9 +209,9 @@ class PromClient:
             # Every message may quote the server (its error text, a body snippet): never its credentials.
             raise QueryError(self.redact(str(exc))) from exc.__cause__
         if said and warnings is not None:
-            kept = [self.redact(_quote(text)) for text in said[:_WARNINGS_KEPT]]
-            more = f" (and {len(said) - _WARNINGS_KEPT} more)" if len(said) > _WARNINGS_KEPT else ""
-            warnings.append(f"Prometheus at {self.safe_url} answered partially: " + "; ".join(kept) + more)
+            warnings.extend(self.redact(_quote(text)) for text in said[:_WARNINGS_KEPT])
+            if len(said) > _WARNINGS_KEPT:
+                warnings.append(f"and {len(said) - _WARNINGS_KEPT} more warnings")
         return data
 
     def _call_raw(self, endpoint: str, params: dict[str, str], expr: str) -> tuple[dict[str, Any], list[str]]:

@@ -218,8 +218,13 @@ class PrometheusSource:
         answers.complete = not said["present"] and not said["up"] and "up" not in failures
         for name, failure in failures.items():
             answers.errors.append(f"query for {name.removeprefix('signal:')} failed: {failure}")
+        # One line per distinct warning (a store that is down warns on every query alike).
+        queries_by_text: dict[str, list[str]] = {}
         for name, texts in said.items():
-            answers.warnings.extend(f"{name.removeprefix('signal:')}: {text}" for text in texts)
+            for text in texts:
+                queries_by_text.setdefault(text, []).append(name)
+        for text, names in queries_by_text.items():
+            answers.warnings.append(f"{text} (in the answer to {len(names)} of {len(jobs)} queries)")
         for name, samples in results.items():
             by_key = {TargetKey.of(s.labels): s.value for s in samples}
             if name.startswith("signal:"):
