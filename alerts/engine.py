@@ -171,10 +171,15 @@ class AlertEngine:
                 spans = [(now - self.horizon_s, now, 2000)]
                 if lookback_s > self.horizon_s:
                     spans.insert(0, (now - lookback_s, now - self.horizon_s, 240))
-                for start, end, points in spans:
-                    frame = self._history_store.read_samples(start, end, max_points=points)
-                    for snapshot in snapshots_from_frame(frame):
-                        self._history(snapshot.target).add(snapshot)
+                try:
+                    for start, end, points in spans:
+                        frame = self._history_store.read_samples(start, end, max_points=points)
+                        for snapshot in snapshots_from_frame(frame):
+                            self._history(snapshot.target).add(snapshot)
+                except StoreError as exc:
+                    # A history that cannot be read (the fleet's Prometheus down at start) must not stop the
+                    # alerts: the windows fill from live cycles instead, and SourceDown says why.
+                    log.warning("history not replayed, the rule windows start empty: %s", exc)
             self._last_eval_ts = None
             return len(self._live)
 

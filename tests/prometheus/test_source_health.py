@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 import requests
+import yaml
 
 from alerts.service import Service
 from collectors.exporter import MetricsExporter
@@ -161,3 +163,54 @@ def test_a_blind_prometheus_pages_once_about_itself_and_never_about_its_targets(
     assert pages == {"SourceDown:firing": 1, "SourceDown:resolved": 1}  # no TargetDown, nothing per target
     assert failures == [0, 0, 0, 0]  # the gap was not a failed scrape of any target
     assert len([r for r in caplog.records if "cannot answer" in r.getMessage()]) == 1
+
+
+def test_the_dashboard_says_when_its_prometheus_cannot_answer_or_answers_partially(
+    fake: FakePrometheus, tmp_path: Path
+) -> None:
+    """The sidebar, where store errors show: an error while Prometheus is blind, a warning while it answers
+    partially, nothing once it answers completely again."""
+    import app
+    from tests.views.conftest import page_test
+
+    config = tmp_path / "specwatch.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "source": "prometheus",
+                "scrape": {"interval_s": 0.5, "timeout_s": 0.5},
+                "prometheus": {"url": fake.url, "selector": 'job="sglang"', "timeout_s": 1},
+                "store": {"path": str(tmp_path / "specwatch.db")},
+            }
+        ),
+        encoding="utf-8",
+    )
+    at = page_test(config, "fleet", collector=True)
+
+    def sidebar(kind: str) -> str:
+        at.run()
+        return "\n".join(str(e.value) for e in getattr(at.sidebar, kind))
+
+    def wait_until(kind: str, words: str) -> str:
+        deadline = time.monotonic() + 20
+        while words not in (shown := sidebar(kind)):
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.3)
+        return shown
+
+    try:
+        fake.status, fake.raw_body = 503, b"<html>upstream connect error</html>"
+        shown = wait_until("error", "source cannot answer")
+        assert "HTTP 503" in shown
+        assert "not down" in shown
+        fake.status, fake.raw_body = 200, None
+        fake.warnings = ["partial response: store 10.0.0.7:10901 did not answer"]
+        shown = wait_until("warning", "answers partially")
+        assert "10.0.0.7:10901 did not answer" in shown
+        fake.warnings = []
+        deadline = time.monotonic() + 20
+        while "source" in sidebar("warning") + sidebar("error"):
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+    finally:
+        app.start_runtime.clear()  # stops the dashboard's collector
