@@ -22,6 +22,7 @@ import yaml
 from alerts.service import Service
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
+from collectors.prometheus.history import PrometheusHistory
 from config import Config, parse_config
 from tests.loopback import free_port
 from tests.prometheus.fake_api import FakePrometheus
@@ -214,3 +215,20 @@ def test_the_dashboard_says_when_its_prometheus_cannot_answer_or_answers_partial
             time.sleep(0.3)
     finally:
         app.start_runtime.clear()  # stops the dashboard's collector
+
+
+def test_a_partial_range_answer_is_logged_once_and_still_read(
+    fake: FakePrometheus, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    history = PrometheusHistory(_config(fake, tmp_path))
+    fake.warnings = [f"store 10.0.0.7:10901 did not answer (token {SECRET})"]
+    try:
+        with caplog.at_level(logging.WARNING, logger="collectors.prometheus.history"):
+            frames = [history.read_samples(0.0, 600.0) for _ in range(3)]
+    finally:
+        history.close()
+    assert all(frame.empty for frame in frames)  # read, not refused: the answer had no series
+    partial = [r.getMessage() for r in caplog.records if "is partial" in r.getMessage()]
+    assert len(partial) == 1
+    assert "10.0.0.7:10901 did not answer" in partial[0]
+    assert SECRET not in partial[0]
