@@ -2,7 +2,8 @@
 
 It keeps rolling per-target windows in memory, runs each instance through the pure state machine, and commits
 states, transitions and notifications in one transaction. After a restart it rebuilds the windows from history
-and reloads the states, so nothing already notified is notified again.
+and reloads the states, so nothing already notified is notified again. While the source cannot answer (its
+health, from ``watch_source``) every per-target instance holds and only SourceDown moves.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_LOOKBACK_S = 3600.0  # a target silent for longer leaves the fleet (unless `up` still lists it)
 _DISCOVERY_REFRESH_S = 60.0
+_HEALTH_RELOG_S = 300.0
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -104,6 +105,7 @@ class PrometheusSource:
         self._by_netloc: dict[str, Target] = {}
         self._health = SourceHealth("prometheus", self.client.safe_url)
         self._present_before: set[TargetKey] = set()
+        self._health_logged_at = float("-inf")
         self.update_targets(config.targets if targets is None else targets)
 
     # -- the Source protocol ------------------------------------------------------------------------------
@@ -246,11 +248,17 @@ class PrometheusSource:
         return answers
 
     def _set_health(self, health: SourceHealth) -> None:
-        """Keep this cycle's health; log only when the problem changes (not every cycle of an outage)."""
-        before, self._health = self._health.problem, health
+        """Keep this cycle's health; log when its state changes (whole, partial, blind), not every cycle of an
+        outage. New words within the same state (another error, other targets missing) are logged at most
+        every ``_HEALTH_RELOG_S``."""
+        before, self._health = self._health, health
         now = health.problem
-        if now == before:
+        if now == before.problem:
             return
+        same_state = (health.answered, bool(health.warnings)) == (before.answered, bool(before.warnings))
+        if same_state and time.monotonic() - self._health_logged_at < _HEALTH_RELOG_S:
+            return
+        self._health_logged_at = time.monotonic()
         if now is None:
             log.warning("Prometheus source at %s answers completely again", health.url)
         elif not health.answered:
