@@ -28,6 +28,8 @@ class FakePrometheus:
         self.warnings: list[str] = []
         self.status = 200
         self.raw_body: bytes | None = None  # set: answer exactly this (garbage), with ``status``
+        # regex on the query -> the ``data`` to answer instead (a resultType surprise, say)
+        self.surprises: dict[str, dict[str, Any]] = {}
         self.queries = 0
         owner = self
 
@@ -64,8 +66,11 @@ class FakePrometheus:
         if self.raw_body is not None:
             return self.raw_body, self.status
         now = time.time()
-        if path.endswith("/query_range"):
-            data: dict[str, Any] = {"resultType": "matrix", "result": []}
+        surprise = next((data for regex, data in self.surprises.items() if re.search(regex, expr)), None)
+        if surprise is not None:
+            data: dict[str, Any] = surprise
+        elif path.endswith("/query_range"):
+            data = {"resultType": "matrix", "result": []}
         else:
             shown = self.instances if self.visible is None else self.visible
             value = "1" if re.search(r"\bup\{", expr) else self.value

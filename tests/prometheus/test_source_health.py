@@ -232,3 +232,32 @@ def test_a_partial_range_answer_is_logged_once_and_still_read(
     assert len(partial) == 1
     assert "10.0.0.7:10901 did not answer" in partial[0]
     assert SECRET not in partial[0]
+
+
+def test_result_type_surprises_leave_what_they_answer_unknown_never_down_or_zero(
+    fake: FakePrometheus, tmp_path: Path
+) -> None:
+    service = Service(_config(fake, tmp_path))
+    kept, dropped = fake.instances[:2], fake.instances[2:]
+    try:
+        assert all(s.up for s in _cycles(service, 2).values())
+        # `up` answers a matrix and the state-pool gauge a string: neither can be read as an instant vector.
+        fake.surprises = {
+            r"\bup\{": {"resultType": "matrix", "result": []},
+            "mamba_usage": {"resultType": "string", "result": [0, "0.5"]},
+        }
+        fake.visible = kept  # and half the targets are missing: without `up`, nobody can say they are down
+        snapshots = _cycles(service, 4)
+        warnings = service.collector.health().source.warnings
+        active = service.engine.active()
+    finally:
+        service.stop()
+    assert active == []
+    for instance in kept:
+        assert snapshots[instance].up
+        assert snapshots[instance].signals.state_pool_usage is None  # unknown, not 0
+        assert snapshots[instance].signals.kv_usage == 0.0  # the other signals still read
+    for instance in dropped:
+        assert snapshots[instance].unknown
+    assert any("query for up failed" in w and "resultType 'matrix'" in w for w in warnings)
+    assert any("query for state_pool_usage failed" in w for w in warnings)
