@@ -197,8 +197,11 @@ class PrometheusSource:
     # -- queries ---------------------------------------------------------------------------------------------
     def _query_all(self, now: float) -> _Answers:
         q = self.queries
-        jobs: dict[str, str] = {f"signal:{name}": expr for name, expr in q.signals().items()}
-        jobs.update(up=q.up(), present=q.present(), scrape=q.scrape_duration_s(), resets=q.restarts())
+        # `present` first, and awaited first: when Prometheus is blind (hanging, say) the cycle ends after one
+        # query timeout instead of one per round of the pool.
+        jobs: dict[str, str] = {"present": q.present(), "up": q.up()}
+        jobs.update({f"signal:{name}": expr for name, expr in q.signals().items()})
+        jobs.update(scrape=q.scrape_duration_s(), resets=q.restarts())
         jobs["labels"] = q.labelled()
         if now - self._known_refreshed_at >= _DISCOVERY_REFRESH_S:
             jobs["known"] = q.seen_within(DISCOVERY_LOOKBACK_S)
@@ -213,9 +216,11 @@ class PrometheusSource:
             try:
                 results[name] = future.result()
             except QueryError as exc:
+                if name == "present":  # without it nothing can be said about any target
+                    for other in futures.values():
+                        other.cancel()  # those not started yet; the running ones end within the timeout
+                    raise
                 failures[name] = exc
-        if "present" in failures:
-            raise failures["present"]  # without it nothing can be said about any target
         answers = _Answers()
         answers.complete = not said["present"] and not said["up"] and "up" not in failures
         for name, failure in failures.items():

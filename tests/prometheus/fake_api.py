@@ -30,6 +30,7 @@ class FakePrometheus:
         self.raw_body: bytes | None = None  # set: answer exactly this (garbage), with ``status``
         # regex on the query -> the ``data`` to answer instead (a resultType surprise, say)
         self.surprises: dict[str, dict[str, Any]] = {}
+        self.delay_s = 0.0  # hang this long before answering (a Prometheus that stopped responding)
         self.queries = 0
         owner = self
 
@@ -52,7 +53,11 @@ class FakePrometheus:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        class _Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that gave up on a delayed answer closed its end: expected here
+
+        self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -63,6 +68,9 @@ class FakePrometheus:
 
     def answer(self, path: str, expr: str) -> tuple[bytes, int]:
         self.queries += 1
+        deadline = time.monotonic() + self.delay_s
+        while self.delay_s and time.monotonic() < deadline:  # setting delay_s to 0 releases the waiters
+            time.sleep(0.05)
         if self.raw_body is not None:
             return self.raw_body, self.status
         now = time.time()

@@ -23,6 +23,7 @@ from alerts.service import Service
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
 from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.source import PrometheusSource
 from config import Config, parse_config
 from tests.loopback import free_port
 from tests.prometheus.fake_api import FakePrometheus
@@ -261,3 +262,31 @@ def test_result_type_surprises_leave_what_they_answer_unknown_never_down_or_zero
         assert snapshots[instance].unknown
     assert any("query for up failed" in w and "resultType 'matrix'" in w for w in warnings)
     assert any("query for state_pool_usage failed" in w for w in warnings)
+
+
+def test_a_hanging_prometheus_costs_a_cycle_one_query_timeout_not_one_per_pool_round(
+    fake: FakePrometheus,
+) -> None:
+    config = parse_config(
+        {
+            "source": "prometheus",
+            "scrape": {"interval_s": 1.0, "timeout_s": 1.0},
+            "prometheus": {"url": fake.url, "selector": 'job="sglang"', "timeout_s": 1.0},
+        }
+    )
+    source = PrometheusSource(config)
+    try:
+        assert all(s.up for s in source.collect(time.time()))
+        fake.delay_s = 30.0  # accepts, then says nothing
+        durations = []
+        for _ in range(2):
+            started = time.monotonic()
+            snapshots = source.collect(time.time())
+            durations.append(time.monotonic() - started)
+        fake.delay_s = 0.0
+    finally:
+        source.close()
+    assert all(s.unknown for s in snapshots)
+    assert len(snapshots) == 4
+    # ~24 queries on 4 workers took 6 query timeouts per cycle before `present` failed fast.
+    assert max(durations) < 3.5, durations
