@@ -221,6 +221,14 @@ def _collector_problems(runtime: Runtime) -> None:
             + plain(health.config_error),
             icon=":material/settings_alert:",
         )
+    source = health.source
+    if source.problem is not None:
+        # The source, not the targets: blind means every target is unknown; partial means some are.
+        (st.error if not source.answered else st.warning)(
+            f"**The {source.source} source {'cannot answer' if not source.answered else 'answers partially'}"
+            "; what it cannot tell is shown as unknown, not down.** " + plain(source.problem),
+            icon=":material/cloud_off:",
+        )
     if health.store_error:
         st.error(
             f"**History is not being written** ({health.pending_rows} snapshots wait in memory, "

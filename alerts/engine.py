@@ -2,7 +2,8 @@
 
 It keeps rolling per-target windows in memory, runs each instance through the pure state machine, and commits
 states, transitions and notifications in one transaction. After a restart it rebuilds the windows from history
-and reloads the states, so nothing already notified is notified again.
+and reloads the states, so nothing already notified is notified again. While the source cannot answer (its
+health, from ``watch_source``) every per-target instance holds and only SourceDown moves.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
 from collectors.errors import StoreError
-from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.store.history import HistoryStore
 
 log = logging.getLogger(__name__)
@@ -113,8 +114,12 @@ class AlertEngine:
         recipes: Callable[[], Mapping[str, Recipe]] | None = None,
         on_notify: Callable[[], None] | None = None,
     ) -> None:
-        self.rules = [rule for rule in rules if rule.enabled]
-        self._rules_by_name = {rule.name: rule for rule in self.rules}
+        self.rules = [rule for rule in rules if rule.enabled and not rule.watches_source]
+        # SourceDown: evaluated once per evaluation from the source's health, never per target.
+        self.source_rules = [rule for rule in rules if rule.enabled and rule.watches_source]
+        self._source_health: Callable[[], SourceHealth | None] | None = None
+        self._blind_since: float | None = None  # when the source last stopped answering
+        self._rules_by_name = {rule.name: rule for rule in self.rules + self.source_rules}
         self._store = store
         self._history_store = history
         self._webhook_urls = tuple(webhook_urls)
@@ -167,10 +172,15 @@ class AlertEngine:
                 spans = [(now - self.horizon_s, now, 2000)]
                 if lookback_s > self.horizon_s:
                     spans.insert(0, (now - lookback_s, now - self.horizon_s, 240))
-                for start, end, points in spans:
-                    frame = self._history_store.read_samples(start, end, max_points=points)
-                    for snapshot in snapshots_from_frame(frame):
-                        self._history(snapshot.target).add(snapshot)
+                try:
+                    for start, end, points in spans:
+                        frame = self._history_store.read_samples(start, end, max_points=points)
+                        for snapshot in snapshots_from_frame(frame):
+                            self._history(snapshot.target).add(snapshot)
+                except StoreError as exc:
+                    # A history that cannot be read (the fleet's Prometheus down at start) must not stop the
+                    # alerts: the windows fill from live cycles instead, and SourceDown says why.
+                    log.warning("history not replayed, the rule windows start empty: %s", exc)
             self._last_eval_ts = None
             return len(self._live)
 
@@ -204,6 +214,10 @@ class AlertEngine:
                     history.discard_from(snapshot.ts)
                 history.add(snapshot)
 
+    def watch_source(self, health: Callable[[], SourceHealth | None] | None) -> None:
+        """Where the source's health of the last cycle comes from (the collector's ``source_health``)."""
+        self._source_health = health
+
     def set_on_notify(self, callback: Callable[[], None] | None) -> None:
         """Called after a commit that queued notifications (the notifier's wake-up)."""
         self._on_notify = callback
@@ -226,20 +240,30 @@ class AlertEngine:
             for fp, live in self._live.items():
                 existing[(live.rule, live.target)].append(fp)
             transitions: list[AlertTransition] = []
+            health = self._source_health() if self._source_health is not None else None
+            blind = health is not None and not health.answered
+            if blind and self._blind_since is None:
+                self._blind_since = now
+            elif not blind:
+                self._blind_since = None
+            if health is not None:
+                self._evaluate_source(health, existing, now, transitions)
             gone: set[str] = set()  # targets forgotten in this evaluation
             for target, history in list(self._histories.items()):
                 latest = history.latest
                 if latest is None:
                     continue
                 age_s = now - latest.ts
-                if age_s > self._forget_after_s:
+                # A blind source says nothing about its targets: none is forgotten (resolved) for its silence.
+                if age_s > self._forget_after_s and not blind:
                     del self._histories[target]
                     gone.add(target)
                     for rule in self.rules:
                         rule.forget(target)
                     continue  # its instances are left over below, and resolved
                 history.prune(now)
-                unknown = age_s > self._stale_after_s
+                # Unknown (stale, a blind source, or a partial answer that lacks it): every rule holds.
+                unknown = age_s > self._stale_after_s or blind or latest.unknown
                 for rule in self.rules:
                     suspended = unknown or (not latest.up and not rule.applies_when_down)
                     verdicts = None if suspended else self._evaluate_rule(rule, history, now, recipes)
@@ -250,6 +274,21 @@ class AlertEngine:
                     self._leftover(self._live[fp], rule_name, target in gone, now, transitions)
             self._commit(transitions, now)
             return transitions
+
+    def _evaluate_source(
+        self,
+        health: SourceHealth,
+        existing: dict[tuple[str, str], list[str]],
+        now: float,
+        out: list[AlertTransition],
+    ) -> None:
+        """SourceDown (and any rule about the source): one instance, labelled with the source's URL."""
+        target = health.url or health.source
+        for rule in self.source_rules:
+            verdicts = rule.evaluate_source(health, self._blind_since, now)
+            fps = existing.pop((rule.name, target), [])
+            labels = {"target": target, "source": health.source}
+            self._apply_labelled(rule, target, labels, verdicts, fps, now, out)
 
     def _evaluate_rule(
         self, rule: Rule[Any], history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
@@ -273,16 +312,26 @@ class AlertEngine:
         now: float,
         out: list[AlertTransition],
     ) -> None:
+        base = {
+            "target": history.target,
+            "deployment": history.deployment,
+            "recipe_id": history.recipe_id or "",
+        }
+        self._apply_labelled(rule, history.target, base, verdicts, fps, now, out)
+
+    def _apply_labelled(
+        self,
+        rule: Rule[Any],
+        target: str,
+        base: Mapping[str, str],
+        verdicts: Sequence[Evaluation] | None,
+        fps: list[str],
+        now: float,
+        out: list[AlertTransition],
+    ) -> None:
         produced: dict[str, tuple[Evaluation, dict[str, str]]] = {}
         for verdict in verdicts or ():
-            labels = {
-                "alertname": rule.name,
-                "target": history.target,
-                "deployment": history.deployment,
-                "recipe_id": history.recipe_id or "",
-                "severity": rule.severity,
-                **dict(verdict.labels),
-            }
+            labels = {"alertname": rule.name, **base, "severity": rule.severity, **dict(verdict.labels)}
             # An empty label is an absent label (Prometheus and Alertmanager drop them, and the fingerprint).
             labels = {name: value for name, value in labels.items() if value}
             produced[fingerprint(labels)] = (verdict, labels)
@@ -297,7 +346,7 @@ class AlertEngine:
             if live is None:
                 if verdict.condition is not Condition.BREACH:
                     continue  # only a breach starts an instance; everything else leaves it inactive
-                live = _Live(rule.name, history.target, labels, fp, InstanceState(), (), None, now)
+                live = _Live(rule.name, target, labels, fp, InstanceState(), (), None, now)
             self._step(live, verdict.condition, verdict, now, rule, out)
 
     def _step(

@@ -72,6 +72,7 @@ class Service:
         self.engine.set_on_notify(self.notifier.wake)
         self.engine.restore()
         self.collector = Collector(config, self.store, session=session, clock=clock, observers=[self.engine])
+        self.engine.watch_source(self.collector.source_health)  # SourceDown, and holding while it is blind
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False

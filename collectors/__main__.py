@@ -31,6 +31,8 @@ Command = Callable[[Config, argparse.Namespace], int]
 
 
 def _summary(snapshot: TargetSnapshot) -> str:
+    if snapshot.unknown:
+        return f"{snapshot.target}: UNKNOWN — {snapshot.error}"  # the source could not say; not down
     if not snapshot.up:
         return f"{snapshot.target}: DOWN — {snapshot.error}"
     signals = snapshot.signals

@@ -14,7 +14,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from collectors.model import SIGNAL_NAMES, TargetSnapshot
+from collectors.model import SIGNAL_NAMES, SourceHealth, TargetSnapshot
 from collectors.runner import CollectorHealth
 from config import ConfigError
 
@@ -68,7 +68,8 @@ class SignalsCollector:
         )
         for snap in snapshots:
             values = [snap.target, snap.deployment, snap.recipe_id or ""]
-            up.add_metric(values, 1.0 if snap.up else 0.0)
+            if not snap.unknown:  # the source could not say: absent, never 0 (down)
+                up.add_metric(values, 1.0 if snap.up else 0.0)
             if snap.scrape_duration_s is not None:
                 duration.add_metric(values, snap.scrape_duration_s)
         for target in health.targets:
@@ -94,12 +95,32 @@ class SignalsCollector:
         store_ok = GaugeMetricFamily("specwatch_store_ok", "1 if the last history store write succeeded.")
         store_ok.add_metric([], 0.0 if health.store_error else 1.0)
         yield store_ok
+        yield from _source_metrics(health.source)
         if health.last_cycle_duration_s is not None:
             cycle = GaugeMetricFamily(
                 "specwatch_cycle_duration_seconds", "Wall time of the last collector cycle."
             )
             cycle.add_metric([], health.last_cycle_duration_s)
             yield cycle
+
+
+def _source_metrics(source: SourceHealth) -> Iterator[Metric]:
+    """Whether the source (direct, or the fleet's Prometheus) answered the last cycle, and how partially."""
+    labels = ["source", "url"]
+    up = GaugeMetricFamily(
+        "specwatch_source_up",
+        "1 if the source answered the last cycle; 0 when it could not (every target unknown, not down).",
+        labels=labels,
+    )
+    up.add_metric([source.source, source.url], 1.0 if source.answered else 0.0)
+    yield up
+    warnings = GaugeMetricFamily(
+        "specwatch_source_warnings",
+        "Warnings of the source's last answer (partial: what they lack is unknown); see the collector log.",
+        labels=labels,
+    )
+    warnings.add_metric([source.source, source.url], float(len(source.warnings)))
+    yield warnings
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

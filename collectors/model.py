@@ -148,6 +148,9 @@ class TargetSnapshot:
     recipe_id: str | None = None
     deployment: str = ""
     scrape_duration_s: float | None = None
+    # True when the source could not say how the target is (Prometheus unreachable, or a partial answer
+    # without it): ``up`` is then False but means *not known*, never down, and every signal is None.
+    unknown: bool = False
 
     def as_record(self, recipe: Recipe | None = None) -> dict[str, Any]:
         """The snapshot JSON of ``python -m collectors --json`` (flat; null for unknown)."""
@@ -157,7 +160,36 @@ class TargetSnapshot:
         record["scrape_duration_s"] = self.scrape_duration_s
         record["recipe"] = recipe.as_dict() if recipe is not None else None
         record["recipe_id"] = self.recipe_id
+        if self.unknown:
+            record["up"] = None  # JSON null: unknown, not down
         return record
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """How the source answered one cycle: a blind source makes every target unknown, never down.
+
+    ``answered`` is False when it could not answer at all (unreachable, timeout, 5xx, garbage): ``error`` says
+    why. ``warnings`` list what a partial answer lacked (Thanos/Mimir ``warnings``, failed or odd queries,
+    targets whose series went missing); the targets concerned are unknown. The direct source is always
+    healthy.
+    """
+
+    source: str  # "direct" or "prometheus"
+    url: str = ""  # where it reads from, credentials redacted
+    answered: bool = True
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def problem(self) -> str | None:
+        """The one line to show (banner, log), or None when the answer was whole."""
+        where = f" at {self.url}" if self.url else ""
+        if not self.answered:
+            return f"{self.source} source{where} cannot answer: {self.error or 'no reason given'}"
+        if self.warnings:
+            return f"{self.source} source{where} answered partially: " + "; ".join(self.warnings)
+        return None
 
 
 EventKind = Literal["restart", "recipe_change", "up", "down", "alert", "config"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import requests
 
 from collectors.errors import StoreError
-from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.history import HistoryStore
 from collectors.transport import ensure_pool_capacity, make_session
@@ -33,6 +33,7 @@ MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈
 MAX_PENDING_EVENTS = 10_000
 PRUNE_EVERY_S = 600.0
 _STORE_LOG_EVERY_S = 60.0
+_DIRECT = SourceHealth("direct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class CollectorHealth:
     dropped_rows: int  # snapshots dropped because the store failed for too long
     config_error: str | None  # the last targets_file reload failure; None once a reload succeeds
     targets: tuple[TargetHealth, ...]
+    # The last cycle's source health: blind or partial makes targets unknown (never down).
+    source: SourceHealth = _DIRECT
 
 
 def describe_recipe_change(old: Recipe, new: Recipe) -> str:
@@ -126,6 +129,7 @@ class Collector:
         self._failures: dict[str, int] = {}
         self._latest: tuple[TargetSnapshot, ...] = ()
         self._health_targets: tuple[TargetHealth, ...] = ()
+        self._source_health = SourceHealth(config.source)
 
         # Store bookkeeping.
         self._pending_rows: deque[TargetSnapshot] = deque()
@@ -172,7 +176,12 @@ class Collector:
             dropped_rows=self._dropped_rows,
             config_error=self._config_error,
             targets=self._health_targets,
+            source=self._source_health,
         )
+
+    def source_health(self) -> SourceHealth:
+        """How the source answered the last cycle (the alert engine's SourceDown reads it)."""
+        return self._source_health
 
     def add_observer(self, observer: CycleObserver) -> None:
         self._observers.append(observer)
@@ -185,6 +194,7 @@ class Collector:
             self._refresh_targets()
             now = self._clock()
             snapshots = self._source.collect(now)
+            self._source_health = self._source.health()
             events = self._source.drain_events() + self._config_events
             self._config_events = []
             events += self._track(snapshots, now)
@@ -291,16 +301,20 @@ class Collector:
         health: list[TargetHealth] = []
         for snap in snapshots:
             was_up = self._last_up.get(snap.target)
-            if snap.up and was_up is False:
-                events.append(Event(snap.ts, snap.target, "up", "scrapes succeed again"))
-            elif not snap.up and was_up is not False:
-                events.append(Event(snap.ts, snap.target, "down", snap.error or "scrape failed"))
-            self._last_up[snap.target] = snap.up
-            if snap.up:
-                self._last_success[snap.target] = snap.ts
-                self._failures[snap.target] = 0
+            if snap.unknown:
+                # The source could not say (Prometheus blind or partial): no up/down event, no failed scrape.
+                self._failures.setdefault(snap.target, 0)
             else:
-                self._failures[snap.target] = self._failures.get(snap.target, 0) + 1
+                if snap.up and was_up is False:
+                    events.append(Event(snap.ts, snap.target, "up", "scrapes succeed again"))
+                elif not snap.up and was_up is not False:
+                    events.append(Event(snap.ts, snap.target, "down", snap.error or "scrape failed"))
+                self._last_up[snap.target] = snap.up
+                if snap.up:
+                    self._last_success[snap.target] = snap.ts
+                    self._failures[snap.target] = 0
+                else:
+                    self._failures[snap.target] = self._failures.get(snap.target, 0) + 1
 
             recipe = self._source.recipe(snap.target)
             if recipe is not None:

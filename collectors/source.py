@@ -13,7 +13,7 @@ from typing import Protocol
 
 import requests
 
-from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from config import Config, ConfigError, Target
 
 
@@ -25,6 +25,10 @@ class Source(Protocol):
         ...
 
     def recipe(self, target: str) -> Recipe | None: ...
+
+    def health(self) -> SourceHealth:
+        """How the last ``collect`` went for the source as a whole (a blind source: every target unknown)."""
+        ...
 
     def drain_events(self) -> list[Event]:
         """Events found while collecting (e.g. ``restart``), each returned once."""

@@ -112,6 +112,7 @@ _LATEST_COLUMNS = [
     "deployment",
     "scrape_duration_s",
     *SIGNAL_NAMES,
+    "unknown",  # the source could not say (Prometheus blind or partial): shown as no data, never down
 ]
 
 
@@ -127,6 +128,7 @@ def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
             "deployment": s.deployment,
             "scrape_duration_s": s.scrape_duration_s,
             **s.signals.as_dict(),
+            "unknown": s.unknown,
         }
         for s in snapshots
     ]
@@ -134,6 +136,7 @@ def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
     for name in ("ts", "scrape_duration_s", *SIGNAL_NAMES):
         frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
     frame["up"] = frame["up"].astype(bool)
+    frame["unknown"] = frame["unknown"].astype(bool)
     return frame
 
 

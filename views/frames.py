@@ -72,6 +72,8 @@ def fleet_table(
         age_s = now_ts - float(record["ts"])
         up = bool(record["up"])
         status = STATUS_STALE if age_s > stale_after_s else (STATUS_UP if up else STATUS_DOWN)
+        if bool(record.get("unknown", False)) and status == STATUS_DOWN:
+            status = STATUS_NO_DATA  # the source could not say how it is: unknown, never down
         live = status == STATUS_UP
         running = _num(record.get("running")) if live else math.nan
         cap = _num(record.get("max_running"))

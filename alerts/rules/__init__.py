@@ -5,6 +5,7 @@ Adding a rule is one module plus one line in ``RULES``; names are fixed, so conf
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from alerts.rules.base import Rule, RuleSettings, SettingDoc, document_settings,
 from alerts.rules.kv_pool import KVPoolSaturation
 from alerts.rules.queue_backlog import QueueBacklog
 from alerts.rules.radix_waste import RadixCacheWaste
+from alerts.rules.source_down import SourceDown
 from alerts.rules.state_pool import StatePoolSaturation
 from alerts.rules.target_down import TargetDown
 from config import ConfigError
@@ -28,6 +30,7 @@ RULES: dict[str, type[Rule[Any]]] = {
         QueueBacklog,
         AcceptLengthRegression,
         RadixCacheWaste,
+        SourceDown,
     )
 }
 
@@ -44,10 +47,21 @@ def build_rules(raw: Mapping[str, Any] | None = None, source: str = "config") ->
                 name,
                 "rule names are fixed",
             )
-    return [
+    rules = [
         rule(parse_settings(rule.settings_class, raw.get(name) or {}, name, source))
         for name, rule in RULES.items()
     ]
+    return [_inherit_for_s(rule, raw, rules) for rule in rules]
+
+
+def _inherit_for_s(rule: Rule[Any], raw: Mapping[str, Any], rules: list[Rule[Any]]) -> Rule[Any]:
+    """SourceDown waits TargetDown's for_s unless its own is configured: a blind source pages no later
+    than the targets it hides would have."""
+    own = raw.get(SourceDown.name)
+    if rule.name != SourceDown.name or (isinstance(own, Mapping) and "for_s" in own):
+        return rule
+    target_down = next(r for r in rules if r.name == TargetDown.name)
+    return SourceDown(dataclasses.replace(rule.settings, for_s=target_down.for_s))
 
 
 def validate_rules(raw: Mapping[str, Any] | None, source: str = "config") -> None:

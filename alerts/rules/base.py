@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from alerts.model import SEVERITIES, Condition, Evaluation
 from alerts.promql import Exported, PromQL
 from alerts.window import TargetHistory
-from collectors.model import Recipe, TargetSnapshot
+from collectors.model import Recipe, SourceHealth, TargetSnapshot
 from config import ConfigError
 
 
@@ -192,6 +192,17 @@ class Rule(ABC, Generic[SettingsT]):
     def applies_when_down(self) -> bool:
         """False for every rule but TargetDown: a down target's instances are suspended instead."""
         return False
+
+    @property
+    def watches_source(self) -> bool:
+        """True for SourceDown: evaluated once from the source's health, never per target."""
+        return False
+
+    def evaluate_source(
+        self, health: SourceHealth, blind_since: float | None, now: float
+    ) -> Sequence[Evaluation]:
+        """Verdicts about the source itself (rules with ``watches_source``); [] for per-target rules."""
+        return []
 
     @abstractmethod
     def evaluate(

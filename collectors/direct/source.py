@@ -23,7 +23,7 @@ from collectors.direct.derive import CounterState, derive_signals, detect_reset
 from collectors.direct.scrape import Fetcher, scrape_metrics
 from collectors.direct.server_info import fetch_recipe
 from collectors.errors import ScrapeError, ScrapeTimeout
-from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from config import ScrapeSettings, Target
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,10 @@ class DirectSource:
     def recipe(self, target: str) -> Recipe | None:
         state = self._states.get(target)
         return state.recipe if state is not None else None
+
+    def health(self) -> SourceHealth:
+        """Always healthy: each target answers for itself (a failed scrape is that target down)."""
+        return SourceHealth("direct")
 
     def drain_events(self) -> list[Event]:
         with self._events_lock:

@@ -13,11 +13,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
 import requests
 
+from collectors.direct.scrape import redact, safe_url
 from collectors.errors import QueryError
 from collectors.transport import WATCHDOG, make_service_session
 from config.settings import PrometheusSettings
@@ -26,6 +28,9 @@ from config.settings import PrometheusSettings
 MAX_POINTS_PER_SERIES = 11_000
 _DEFAULT_MAX_BODY_BYTES = 512 * 1024 * 1024
 _QUOTE_LIMIT = 300
+_WARNINGS_KEPT = 5  # a Thanos fan-out can send one warning per store; the first few say enough
+# Header values that are credentials (a tenant id such as X-Scope-OrgID is not, and stays readable).
+_SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "cookie", "password", "session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,14 @@ class PromClient:
         max_body_bytes: int = _DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.url = url.rstrip("/")
+        # Messages and logs name the server without any user:password@ (the requests still carry it).
+        self.safe_url = safe_url(self.url)
+        secrets = [urlsplit(self.url).password or "", bearer_token or ""]
+        for name, value in (headers or {}).items():
+            if any(word in name.lower() for word in _SECRET_HEADER_WORDS):
+                # "Bearer <token>" / "Basic <b64>": servers echo the credential without its scheme.
+                secrets += [value, value.split(" ", 1)[-1]]
+        self._secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
         self.timeout_s = timeout_s
         self.max_body_bytes = max_body_bytes
         # Integer milliseconds parse in Prometheus and VictoriaMetrics alike, so the server gives up first.
@@ -109,17 +122,28 @@ class PromClient:
             bearer_token=token,
         )
 
+    def redact(self, text: str) -> str:
+        """``text`` without the credentials this client sends (servers echo them in errors)."""
+        return redact(text, self._secrets)
+
     def close(self) -> None:
         if self._own_session:
             self._session.close()
 
     # -- queries -----------------------------------------------------------------------------------------
-    def query(self, expr: str, *, at: float | None = None) -> list[InstantSample]:
-        """Evaluate ``expr`` at unix time ``at`` (server time if None); a scalar is one unlabelled sample."""
+    def query(
+        self, expr: str, *, at: float | None = None, warnings: list[str] | None = None
+    ) -> list[InstantSample]:
+        """Evaluate ``expr`` at unix time ``at`` (server time if None); a scalar is one unlabelled sample.
+
+        A partial answer (Thanos/Mimir ``warnings``: a store or querier did not answer) still returns its
+        samples; the server's warnings (quoted, credentials redacted) are appended to ``warnings`` when given,
+        so callers can treat what is missing as unknown rather than gone.
+        """
         params: dict[str, str] = {"query": expr, "timeout": self._timeout_param}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        data = self._call("query", params, expr)
+        data = self._call("query", params, expr, warnings)
         result_type, result = data.get("resultType"), data.get("result")
         try:
             if result_type == "vector" and isinstance(result, list):
@@ -135,13 +159,22 @@ class PromClient:
             raise self._malformed(expr, f"a vector entry is malformed ({exc!r})") from exc
         raise self._malformed(expr, f"expected an instant vector, got resultType {result_type!r}")
 
-    def query_range(self, expr: str, start_ts: float, end_ts: float, step_s: float) -> list[RangeSeries]:
+    def query_range(
+        self,
+        expr: str,
+        start_ts: float,
+        end_ts: float,
+        step_s: float,
+        *,
+        warnings: list[str] | None = None,
+    ) -> list[RangeSeries]:
         """Evaluate ``expr`` every ``step_s`` seconds over [start_ts, end_ts].
 
-        The step is widened when needed so no series exceeds Prometheus's 11,000-point limit.
+        The step is widened when needed so no series exceeds Prometheus's 11,000-point limit. A partial
+        answer's warnings are appended to ``warnings`` when given (as ``query``).
         """
         if end_ts < start_ts:
-            raise QueryError(f"range query on {self.url}: end ({end_ts}) is before start ({start_ts})")
+            raise QueryError(f"range query on {self.safe_url}: end ({end_ts}) is before start ({start_ts})")
         step_s = max(step_s, (end_ts - start_ts) / (MAX_POINTS_PER_SERIES - 1), 0.001)
         params = {
             "query": expr,
@@ -150,7 +183,7 @@ class PromClient:
             "step": f"{step_s:.3f}",
             "timeout": self._timeout_param,
         }
-        data = self._call("query_range", params, expr)
+        data = self._call("query_range", params, expr, warnings)
         result = data.get("result")
         if data.get("resultType") != "matrix" or not isinstance(result, list):
             raise self._malformed(expr, f"expected a matrix, got resultType {data.get('resultType')!r}")
@@ -167,7 +200,21 @@ class PromClient:
         return series
 
     # -- transport: the one place requests' exceptions are translated ---------------------------------
-    def _call(self, endpoint: str, params: dict[str, str], expr: str) -> dict[str, Any]:
+    def _call(
+        self, endpoint: str, params: dict[str, str], expr: str, warnings: list[str] | None
+    ) -> dict[str, Any]:
+        try:
+            data, said = self._call_raw(endpoint, params, expr)
+        except QueryError as exc:
+            # Every message may quote the server (its error text, a body snippet): never its credentials.
+            raise QueryError(self.redact(str(exc))) from exc.__cause__
+        if said and warnings is not None:
+            warnings.extend(self.redact(_quote(text)) for text in said[:_WARNINGS_KEPT])
+            if len(said) > _WARNINGS_KEPT:
+                warnings.append(f"and {len(said) - _WARNINGS_KEPT} more warnings")
+        return data
+
+    def _call_raw(self, endpoint: str, params: dict[str, str], expr: str) -> tuple[dict[str, Any], list[str]]:
         url = f"{self.url}/api/v1/{endpoint}"
         # requests' timeout bounds each socket read; the deadline bounds the whole answer.
         deadline = time.monotonic() + self.timeout_s
@@ -188,16 +235,16 @@ class PromClient:
         except requests.RequestException as exc:
             if isinstance(exc, requests.Timeout) or cut.expired:
                 raise QueryError(
-                    f"Prometheus at {self.url} did not answer within {self.timeout_s:g} s "
+                    f"Prometheus at {self.safe_url} did not answer within {self.timeout_s:g} s "
                     f"(query: {_quote(expr)}); it may be overloaded or the query too heavy: narrow the "
                     "range or selector, or raise prometheus.timeout_s"
                 ) from exc
             if isinstance(exc, requests.ConnectionError):
                 raise QueryError(
-                    f"Prometheus at {self.url} is unreachable ({_reason(exc)}); check prometheus.url and "
-                    "that the server is running"
+                    f"Prometheus at {self.safe_url} is unreachable ({_reason(exc)}); check prometheus.url "
+                    "and that the server is running"
                 ) from exc
-            raise QueryError(f"Prometheus at {self.url}: request failed ({_reason(exc)})") from exc
+            raise QueryError(f"Prometheus at {self.safe_url}: request failed ({_reason(exc)})") from exc
         return self._decode(response, body, expr)
 
     def _read_body(self, response: requests.Response, expr: str, deadline: float) -> bytes:
@@ -209,7 +256,7 @@ class PromClient:
                     size += len(chunk)
                     if size > self.max_body_bytes:
                         raise QueryError(
-                            f"Prometheus at {self.url} sent more than {self.max_body_bytes >> 20} MiB "
+                            f"Prometheus at {self.safe_url} sent more than {self.max_body_bytes >> 20} MiB "
                             f"for one query ({_quote(expr)}); narrow the time range or the selector"
                         )
                     if time.monotonic() > deadline:
@@ -222,7 +269,9 @@ class PromClient:
                 raise
         return b"".join(chunks)
 
-    def _decode(self, response: requests.Response, body: bytes, expr: str) -> dict[str, Any]:
+    def _decode(
+        self, response: requests.Response, body: bytes, expr: str
+    ) -> tuple[dict[str, Any], list[str]]:
         status = response.status_code
         try:
             payload = json.loads(body)
@@ -233,34 +282,38 @@ class PromClient:
             snippet = _quote(body[:200].decode("utf-8", "replace")) or "an empty body"
             hint = _status_hint(status) or "is prometheus.url the query API's base URL?"
             raise QueryError(
-                f"Prometheus at {self.url} answered HTTP {status} with something that is not Prometheus "
+                f"Prometheus at {self.safe_url} answered HTTP {status} with something that is not Prometheus "
                 f"API JSON ({content_type}: {snippet}); {hint}"
             )
         if status < 300 and payload.get("status") == "success" and isinstance(payload.get("data"), dict):
             data: dict[str, Any] = payload["data"]
-            return data
+            said = payload.get("warnings")
+            # Thanos and Mimir send a list of strings; anything else still means "this answer is partial".
+            if isinstance(said, list):
+                return data, [str(text) for text in said if text]
+            return data, [str(said)] if said else []
         error_type = str(payload.get("errorType") or "error")
         error = _quote(str(payload.get("error") or payload.get("message") or "no error text"))
         if status in (400, 422) or error_type in ("bad_data", "execution"):
             # VictoriaMetrics answers 422 where Prometheus answers 400 (parse errors): both are bad queries.
             raise QueryError(
-                f"Prometheus at {self.url} rejected a bad query (HTTP {status}, {error_type}): {error}; "
+                f"Prometheus at {self.safe_url} rejected a bad query (HTTP {status}, {error_type}): {error}; "
                 f"query: {_quote(expr)}"
             )
         if status == 503 or error_type in ("timeout", "canceled"):
             raise QueryError(
-                f"Prometheus at {self.url} timed out or aborted the query (HTTP {status}): {error}; "
+                f"Prometheus at {self.safe_url} timed out or aborted the query (HTTP {status}): {error}; "
                 "narrow the range or selector, or raise its query timeout"
             )
         hint = _status_hint(status)
         raise QueryError(
-            f"Prometheus at {self.url} failed the query (HTTP {status}, {error_type}): {error}"
+            f"Prometheus at {self.safe_url} failed the query (HTTP {status}, {error_type}): {error}"
             + (f"; {hint}" if hint else "")
         )
 
     def _malformed(self, expr: str, what: str) -> QueryError:
         return QueryError(
-            f"Prometheus at {self.url} sent an unexpected answer: {what} (query: {_quote(expr)})"
+            f"Prometheus at {self.safe_url} sent an unexpected answer: {what} (query: {_quote(expr)})"
         )
 
 

@@ -7,6 +7,7 @@ What Prometheus cannot hold (alert transitions, config events, recipe flags) sta
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ from collectors.store.history import HistoryStore, SqliteStore
 from config.settings import Config
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 COLUMNS: tuple[str, ...] = (
     "ts",
@@ -80,6 +82,7 @@ class PrometheusHistory:
         self._lock = threading.Lock()
         self.interval_s = config.scrape.interval_s
         self._label_recipes: dict[str, Recipe] = {}
+        self._partial: str | None = None  # the last range answer's warnings, logged once per change
 
     # -- writes: samples already live in Prometheus ---------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
@@ -121,11 +124,10 @@ class PrometheusHistory:
         now = self._clock()
         with self._lock:  # the source keeps per-target state between calls: one reader at a time
             snapshots = self._source.collect(now)
-        errors = [
-            s.error for s in snapshots if not s.up and s.error and "cannot read it from Prometheus" in s.error
-        ]
-        if snapshots and len(errors) == len(snapshots):
-            raise PrometheusHistoryError(errors[0].split(": ", 1)[1])
+            health = self._source.health()
+        if not health.answered:
+            # Blind: the targets are unknown, not down; the page says why instead of drawing a dead fleet.
+            raise PrometheusHistoryError(health.error or f"Prometheus at {health.url} cannot answer")
         if not snapshots:
             self._check_reachable()
         return [s for s in snapshots if since_ts is None or s.ts >= since_ts]
@@ -228,11 +230,19 @@ class PrometheusHistory:
         self, exprs: dict[str, str], start_ts: float, end_ts: float, step_s: float
     ) -> dict[str, list[RangeSeries]]:
         client = self._source.client
+        said: list[str] = []  # list.append is atomic: the pool's threads share it
         futures = {
-            name: self._pool.submit(client.query_range, expr, start_ts, end_ts, step_s)
+            name: self._pool.submit(client.query_range, expr, start_ts, end_ts, step_s, warnings=said)
             for name, expr in exprs.items()
         }
-        return {name: self._guard(future.result) for name, future in futures.items()}
+        answers = {name: self._guard(future.result) for name, future in futures.items()}
+        # A partial range answer still draws (its gaps are NaN: unknown, never 0); say so once per change.
+        partial = "; ".join(dict.fromkeys(said)) or None
+        if partial != self._partial:
+            self._partial = partial
+            if partial is not None:
+                log.warning("history from Prometheus at %s is partial: %s", client.safe_url, partial)
+        return answers
 
     def _names_of(self, answers: dict[str, list[RangeSeries]]) -> Callable[[RangeSeries], str]:
         """Target name of a series: as the Prometheus source names it (configured name, else instance)."""

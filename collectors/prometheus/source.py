@@ -18,7 +18,7 @@ import requests
 
 from collectors.direct.derive import spec_enabled
 from collectors.errors import QueryError
-from collectors.model import Event, Recipe, Signals, TargetSnapshot
+from collectors.model import Event, Recipe, Signals, SourceHealth, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
 from collectors.prometheus.queries import signal_queries
 from collectors.prometheus.recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_LOOKBACK_S = 3600.0  # a target silent for longer leaves the fleet (unless `up` still lists it)
 _DISCOVERY_REFRESH_S = 60.0
+_HEALTH_RELOG_S = 300.0
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -53,13 +54,18 @@ class _Answers:
     resets: dict[TargetKey, float | None] = field(default_factory=dict)
     labels: dict[TargetKey, dict[str, str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what makes this answer partial, in words
+    # False when the answer cannot prove a target gone: `present` or `up` came back partial, or `up` failed.
+    complete: bool = True
 
 
 class PrometheusSource:
     """``Source`` that reads the fleet from Prometheus: one snapshot per discovered target per cycle.
 
-    If Prometheus cannot answer at all, every known target is reported down with the query error in words
-    (the dashboard shows it); a single failing signal query leaves that signal unknown and says so.
+    If Prometheus cannot answer at all, the source is blind: every known target is reported *unknown* (not
+    down) and ``health()`` says why. A partial answer (``warnings``, a failed or odd query) leaves what it
+    lacks unknown and is listed in ``health().warnings``; a target is down only when ``up == 0`` says so, or
+    when it vanished from a complete answer.
     """
 
     def __init__(
@@ -97,6 +103,9 @@ class PrometheusSource:
         self._current: dict[str, Recipe] = {}
         self._events: list[Event] = []
         self._by_netloc: dict[str, Target] = {}
+        self._health = SourceHealth("prometheus", self.client.safe_url)
+        self._present_before: set[TargetKey] = set()
+        self._health_logged_at = float("-inf")
         self.update_targets(config.targets if targets is None else targets)
 
     # -- the Source protocol ------------------------------------------------------------------------------
@@ -104,11 +113,32 @@ class PrometheusSource:
         """Configured targets only name discovered instances (and give /server_info a URL and token)."""
         self._by_netloc = {urlsplit(t.url).netloc: t for t in targets}
 
+    def health(self) -> SourceHealth:
+        return self._health
+
     def collect(self, now: float) -> list[TargetSnapshot]:
         try:
             answers = self._query_all(now)
         except QueryError as exc:
-            return self._all_down(now, exc)
+            self._set_health(SourceHealth("prometheus", self.client.safe_url, False, str(exc)))
+            return self._all_unknown(now, exc)
+        # Gone from a complete answer, a target is down (TargetDown waits its for_s); gone from a partial one,
+        # nothing is known about it, and the source says which went missing.
+        missing = sorted(
+            self._names.get(key, key.instance)
+            for key in self._present_before - answers.present
+            if answers.up.get(key) is None  # `up == 0` explains itself; `up == 1` is still scraped
+        )
+        if missing and not answers.complete:
+            answers.warnings.append(
+                f"{len(missing)} target(s) present last cycle are missing from the partial answer, so "
+                "unknown: " + ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+            )
+            self._present_before |= answers.present  # the missing stay listed until a complete answer
+        else:
+            self._present_before = set(answers.present)
+        warnings = tuple(dict.fromkeys(answers.warnings + answers.errors))  # once each, in order
+        self._set_health(SourceHealth("prometheus", self.client.safe_url, warnings=warnings))
         keys = answers.present | self._known
         if self.queries.selector:
             keys |= set(answers.up)  # targets never scraped successfully, when the selector picks `up` too
@@ -124,7 +154,8 @@ class PrometheusSource:
         )
         snapshots = [self._snapshot(key, answers, now) for key in keys]
         for key, snapshot in zip(keys, snapshots, strict=True):
-            self._was_up[key] = snapshot.up
+            if not snapshot.unknown:
+                self._was_up[key] = snapshot.up
         # Configured targets in config order (as the direct source), then discovered ones by name.
         order = {target.name: index for index, target in enumerate(self._by_netloc.values())}
         return sorted(snapshots, key=lambda s: (order.get(s.target, len(order)), s.target))
@@ -166,24 +197,41 @@ class PrometheusSource:
     # -- queries ---------------------------------------------------------------------------------------------
     def _query_all(self, now: float) -> _Answers:
         q = self.queries
-        jobs: dict[str, str] = {f"signal:{name}": expr for name, expr in q.signals().items()}
-        jobs.update(up=q.up(), present=q.present(), scrape=q.scrape_duration_s(), resets=q.restarts())
+        # `present` first, and awaited first: when Prometheus is blind (hanging, say) the cycle ends after one
+        # query timeout instead of one per round of the pool.
+        jobs: dict[str, str] = {"present": q.present(), "up": q.up()}
+        jobs.update({f"signal:{name}": expr for name, expr in q.signals().items()})
+        jobs.update(scrape=q.scrape_duration_s(), resets=q.restarts())
         jobs["labels"] = q.labelled()
         if now - self._known_refreshed_at >= _DISCOVERY_REFRESH_S:
             jobs["known"] = q.seen_within(DISCOVERY_LOOKBACK_S)
-        futures = {name: self._pool.submit(self.client.query, expr, at=now) for name, expr in jobs.items()}
+        said: dict[str, list[str]] = {name: [] for name in jobs}  # each query's partial-answer warnings
+        futures = {
+            name: self._pool.submit(self.client.query, expr, at=now, warnings=said[name])
+            for name, expr in jobs.items()
+        }
         results: dict[str, list[InstantSample]] = {}
         failures: dict[str, QueryError] = {}
         for name, future in futures.items():
             try:
                 results[name] = future.result()
             except QueryError as exc:
+                if name == "present":  # without it nothing can be said about any target
+                    for other in futures.values():
+                        other.cancel()  # those not started yet; the running ones end within the timeout
+                    raise
                 failures[name] = exc
-        if "present" in failures:
-            raise failures["present"]  # without it nothing can be said about any target
         answers = _Answers()
+        answers.complete = not said["present"] and not said["up"] and "up" not in failures
         for name, failure in failures.items():
             answers.errors.append(f"query for {name.removeprefix('signal:')} failed: {failure}")
+        # One line per distinct warning (a store that is down warns on every query alike).
+        queries_by_text: dict[str, list[str]] = {}
+        for name, texts in said.items():
+            for text in texts:
+                queries_by_text.setdefault(text, []).append(name)
+        for text, names in queries_by_text.items():
+            answers.warnings.append(f"{text} (in the answer to {len(names)} of {len(jobs)} queries)")
         for name, samples in results.items():
             by_key = {TargetKey.of(s.labels): s.value for s in samples}
             if name.startswith("signal:"):
@@ -204,23 +252,43 @@ class PrometheusSource:
                 self._known_refreshed_at = now
         return answers
 
-    def _all_down(self, now: float, exc: QueryError) -> list[TargetSnapshot]:
-        log.error("Prometheus source: %s", exc)
-        snapshots = []
-        for key, name in sorted(self._names.items(), key=lambda item: item[1]):
-            self._was_up[key] = False
-            recipe = self._current.get(name)
-            snapshots.append(
-                TargetSnapshot(
-                    target=name,
-                    ts=now,
-                    up=False,
-                    error=f"{name}: cannot read it from Prometheus: {exc}",
-                    recipe_id=recipe.recipe_id if recipe is not None else None,
-                    deployment=self._deployment(key, None),
-                )
-            )
-        return snapshots
+    def _set_health(self, health: SourceHealth) -> None:
+        """Keep this cycle's health; log when its state changes (whole, partial, blind), not every cycle of an
+        outage. New words within the same state (another error, other targets missing) are logged at most
+        every ``_HEALTH_RELOG_S``."""
+        before, self._health = self._health, health
+        now = health.problem
+        if now == before.problem:
+            return
+        same_state = (health.answered, bool(health.warnings)) == (before.answered, bool(before.warnings))
+        if same_state and time.monotonic() - self._health_logged_at < _HEALTH_RELOG_S:
+            return
+        self._health_logged_at = time.monotonic()
+        if now is None:
+            log.warning("Prometheus source at %s answers completely again", health.url)
+        elif not health.answered:
+            log.error("%s; every target is unknown (not down) until it answers", now)
+        else:
+            log.warning("%s; what is missing stays unknown", now)
+
+    def _all_unknown(self, now: float, exc: QueryError) -> list[TargetSnapshot]:
+        """Prometheus cannot answer: every known target is unknown (its last recipe kept), none is down."""
+        return [
+            self._unknown(key, name, now, f"cannot read it from Prometheus: {exc}")
+            for key, name in sorted(self._names.items(), key=lambda item: item[1])
+        ]
+
+    def _unknown(self, key: TargetKey, name: str, now: float, why: str) -> TargetSnapshot:
+        recipe = self._current.get(name)
+        return TargetSnapshot(
+            target=name,
+            ts=now,
+            up=False,
+            error=f"{name}: unknown, {why}",
+            recipe_id=recipe.recipe_id if recipe is not None else None,
+            deployment=self._deployment(key, None),
+            unknown=True,
+        )
 
     # -- naming ----------------------------------------------------------------------------------------------
     def _name(self, keys: set[TargetKey]) -> dict[TargetKey, str]:
@@ -283,6 +351,9 @@ class PrometheusSource:
                 errors.append("Prometheus could not scrape it (up == 0 at its last scrape)")
             elif not present:
                 errors.append("Prometheus scrapes it but it has no sglang series: is --enable-metrics set?")
+        elif not present and not answers.complete:
+            # A partial answer lacks it: that says nothing about the target (Prometheus did not say up == 0).
+            return self._unknown(key, name, now, "Prometheus's answer is partial and lacks it")
         else:
             up = present
             if not present:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
 from config import Config, Target, load_config, parse_config
@@ -276,6 +276,9 @@ class FlakySource:
 
     def drain_events(self) -> list[Event]:
         return []
+
+    def health(self) -> SourceHealth:
+        return SourceHealth("direct")
 
     def update_targets(self, targets: Sequence[Target]) -> None:
         pass

@@ -113,8 +113,14 @@ def _wait_ready(engine: Engine, path: str, timeout_s: float = 20.0) -> None:
 
 
 def start_prometheus(
-    workdir: Path, config: dict[str, Any], *, rule_files: Sequence[Path] = (), extra_args: Sequence[str] = ()
+    workdir: Path,
+    config: dict[str, Any],
+    *,
+    rule_files: Sequence[Path] = (),
+    extra_args: Sequence[str] = (),
+    port: int | None = None,
 ) -> Engine:
+    """Prometheus on ``port`` (default: a free one); the same ``workdir`` and port again is a restart."""
     assert PROMETHEUS is not None
     workdir.mkdir(parents=True, exist_ok=True)
     config = dict(config)
@@ -123,9 +129,9 @@ def start_prometheus(
         config["global"] = {**config["global"], "evaluation_interval": config["global"]["scrape_interval"]}
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = port or free_port()
     log_path = workdir / "prometheus.log"
-    with log_path.open("wb") as log:
+    with log_path.open("ab") as log:
         process = subprocess.Popen(
             [
                 PROMETHEUS,

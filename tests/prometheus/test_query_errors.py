@@ -127,7 +127,7 @@ def test_bad_queries_are_rejected_with_the_engines_words(golden_engine: Engine) 
 
 
 @pytest.mark.engines
-def test_when_prometheus_goes_away_every_known_target_is_down_with_the_reason(
+def test_when_prometheus_goes_away_every_known_target_is_unknown_with_the_reason(
     golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer]
 ) -> None:
     labelled, flaky = golden_servers
@@ -140,7 +140,10 @@ def test_when_prometheus_goes_away_every_known_target_is_down_with_the_reason(
     finally:
         source.close()
     assert {s.target for s in snapshots} == {"golden", flaky.netloc}
+    assert not source.health().answered
+    assert "is unreachable" in (source.health().error or "")
     for snapshot in snapshots:
+        assert snapshot.unknown  # not down: Prometheus said nothing about it
         assert not snapshot.up
         assert snapshot.error is not None
         assert "cannot read it from Prometheus" in snapshot.error
