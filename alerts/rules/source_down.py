@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule
+from alerts.promql import Exported, PromQL
 from alerts.rules.base import Rule, RuleSettings, setting
 from alerts.window import TargetHistory
 from collectors.model import Recipe, SourceHealth
@@ -30,6 +30,10 @@ class SourceDownSettings(RuleSettings):
 class SourceDown(Rule[SourceDownSettings]):
     name = "SourceDown"
     settings_class = SourceDownSettings
+    not_exported = (
+        "Prometheus cannot alert on its own absence. Page on its silence instead: an always-firing "
+        "`vector(1)` Watchdog rule routed through Alertmanager to a dead man's switch service"
+    )
 
     @property
     def watches_source(self) -> bool:
@@ -67,20 +71,5 @@ class SourceDown(Rule[SourceDownSettings]):
             "is unknown and its alerts are held rather than fired or resolved."
         )
 
-    def export(self, q: PromQL) -> Exported:
-        # Prometheus cannot alert on its own absence; the equivalent is a dead man's switch: always firing
-        # while Prometheus evaluates, so its silence at the receiver is what pages.
-        return Exported(
-            alert_rule(
-                self.name,
-                "vector(1)",
-                for_s=0.0,
-                keep_firing_for_s=0.0,
-                severity="info",
-                summary="Prometheus evaluates rules (a dead man's switch: page when this stops arriving)",
-                description=(
-                    "Always firing while Prometheus runs its rules. Route it to a dead man's switch so that "
-                    f"its absence for {self.for_s:g} s pages, as specwatch's SourceDown does."
-                ),
-            )
-        )
+    def export(self, q: PromQL) -> Exported | None:
+        return None  # see not_exported

@@ -185,15 +185,16 @@ def test_the_alerts_read_the_catalogues_recorded_series() -> None:
     assert "specwatch:running" not in text
 
 
-def test_accept_length_regression_is_left_out_with_the_reason_in_the_header() -> None:
+def test_rules_prometheus_cannot_judge_are_left_out_with_the_reason_in_the_header() -> None:
     text = render_rules()
     alerts = yaml.safe_load(text)["groups"][1]["rules"]
     assert [a["alert"] for a in alerts if "alert" in a] == [
-        r.name for r in build_rules() if r.name != "AcceptLengthRegression"
+        r.name for r in build_rules() if r.name not in {"AcceptLengthRegression", "SourceDown"}
     ]
     assert "Not exported: AcceptLengthRegression, because it judges throughput at comparable load" in header(
         text
     )
+    assert "Not exported: SourceDown, because Prometheus cannot alert on its own absence" in header(text)
     disabled = render_rules(
         parse_config({"alerts": {"rules": {"AcceptLengthRegression": {"enabled": False}}}})
     )
