@@ -82,6 +82,43 @@ class StoreSettings(_Settings):
     retention_h: float = Field(168.0, gt=0, description="Hours of history kept; older rows are pruned.")
 
 
+class DeliverySettings(_Settings):
+    """How notifications reach their receivers (the same contract for every webhook and Alertmanager)."""
+
+    timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Seconds one delivery attempt may take (connect + answer)."
+    )
+    backoff_initial_s: float = Field(1.0, gt=0, description="Wait after the first failed attempt, seconds.")
+    backoff_max_s: float = Field(
+        300.0, gt=0, description="Cap of the doubling wait between attempts, seconds."
+    )
+    max_attempts: int = Field(
+        40, ge=1, le=10_000, description="Attempts before a notification is marked failed (kept, shown)."
+    )
+    max_age_s: float = Field(
+        6 * 3600.0, gt=0, description="A notification still undelivered this long after it was queued fails."
+    )
+    group_by: tuple[str, ...] = Field(
+        ("alertname", "deployment"),
+        description="Labels grouping alerts into one webhook message, as Alertmanager's route group_by.",
+    )
+    max_payload_bytes: int = Field(
+        256 * 1024, ge=4096, description="A notification body stays under this size (split otherwise)."
+    )
+    max_alerts_per_payload: int = Field(
+        1000, ge=1, description="At most this many alerts in one notification body (split otherwise)."
+    )
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> DeliverySettings:
+        if self.backoff_initial_s > self.backoff_max_s:
+            raise ValueError(
+                f"backoff_initial_s ({self.backoff_initial_s}) must not exceed backoff_max_s "
+                f"({self.backoff_max_s})"
+            )
+        return self
+
+
 class AlertSettings(_Settings):
     webhook_urls: tuple[str, ...] = Field((), description="Receivers of Alertmanager-format webhook JSON.")
     alertmanager_url: str | None = Field(
@@ -93,6 +130,9 @@ class AlertSettings(_Settings):
     rules: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Per-rule overrides: alerts.rules.<RuleName>.<key>; names are fixed.",
+    )
+    delivery: DeliverySettings = Field(
+        default_factory=DeliverySettings, description="Delivery timeout, retries, grouping and size limits."
     )
 
     @field_validator("webhook_urls")
