@@ -33,6 +33,7 @@ from alerts.window import TargetHistory, snapshots_from_frame
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.store.history import HistoryStore
+from config import DeliverySettings
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,9 @@ class AlertEngine:
         external_url: str = DEFAULT_EXTERNAL_URL,
         recipes: Callable[[], Mapping[str, Recipe]] | None = None,
         on_notify: Callable[[], None] | None = None,
+        delivery: DeliverySettings | None = None,
     ) -> None:
+        self._delivery = delivery if delivery is not None else DeliverySettings()
         self.rules = [rule for rule in rules if rule.enabled]
         self._rules_by_name = {rule.name: rule for rule in self.rules}
         self._store = store
@@ -374,6 +377,9 @@ class AlertEngine:
                 alertmanager_receiver=self._alertmanager_receiver,
                 external_url=self._external_url,
                 alertmanager_ends_at=now + self.alertmanager_valid_for_s,
+                group_by=self._delivery.group_by,
+                max_payload_bytes=self._delivery.max_payload_bytes,
+                max_alerts=self._delivery.max_alerts_per_payload,
             )
         )
         self._to_notify = []

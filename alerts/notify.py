@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
 _ERROR_BYTES = 200  # of a refusal's body, kept as the delivery's last error
 _DEFAULTS = DeliverySettings()
+_JOIN_S = 2.0  # how long stop() waits for the receiver threads
 
 
 class _RefusedError(Exception):
@@ -192,8 +193,11 @@ class Notifier:
             self.flush(flush_timeout_s)
         self._stop.set()
         self.wake()
+        # A thread inside a hanging POST is not waited for (daemon threads): its notification stays queued
+        # and goes out, identical, after the next start. SIGTERM is honoured within seconds.
+        deadline = time.monotonic() + _JOIN_S
         for thread in self._threads:
-            thread.join(timeout=self._timeout_s + 1.0)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads.clear()
 
     def status(self) -> list[ReceiverStatus]:
