@@ -130,6 +130,7 @@ class Notifier:
         self._lock = threading.Lock()
         self._local: dict[str, dict[int, _Local]] = {url: {} for url in self.receivers}
         self._store_problem: dict[str, str | None] = dict.fromkeys(self.receivers)
+        self._pass_failed: dict[str, bool] = dict.fromkeys(self.receivers, False)
 
     @classmethod
     def from_settings(
@@ -234,6 +235,7 @@ class Notifier:
         try:
             while not self._stop.is_set():
                 wait_s = 1.0
+                self._pass_failed[url] = False
                 try:
                     self._save_marks(url)
                     wait_s, failing = self._deliver_due(session, url, failing)
@@ -243,7 +245,8 @@ class Notifier:
                             next_resend = now + self._resend_interval_s
                             self._resend(session, url, now)
                         wait_s = min(wait_s, next_resend - self._clock())
-                    self._store_ok(url)
+                    if not self._pass_failed[url]:
+                        self._store_ok(url)
                 except StoreError as exc:
                     self._store_failed(url, str(exc))
                 if wait_s > 0:
@@ -258,6 +261,7 @@ class Notifier:
             self._store_problem[url] = None
 
     def _store_failed(self, url: str, message: str) -> None:
+        self._pass_failed[url] = True
         # Once per change of the problem, not once a second: the state is on the page and on /metrics.
         if self._store_problem[url] != message:
             log.error(

@@ -22,6 +22,7 @@ from collectors.errors import StoreError
 from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.history import HistoryStore
+from collectors.store.watch import StoreFileWatch
 from collectors.transport import ensure_pool_capacity, make_session
 from config import Config, ConfigError, Target, load_targets_file
 
@@ -134,6 +135,9 @@ class Collector:
         self._stored_recipe_ids: set[str] = set()
         self._dropped_rows = 0
         self._store_error: str | None = None
+        path = getattr(store, "path", None)
+        self._store_watch = StoreFileWatch(path) if isinstance(path, str) and path else None
+        self._store_file_problem: str | None = None
         self._store_logged_at = float("-inf")
         self._next_prune = 0.0
         self._config_error: str | None = None
@@ -167,7 +171,7 @@ class Collector:
             cycles=self._cycles,
             last_cycle_ts=self._last_cycle_ts,
             last_cycle_duration_s=self._last_cycle_duration_s,
-            store_error=self._store_error,
+            store_error=self._store_file_problem or self._store_error,
             pending_rows=len(self._pending_rows),
             dropped_rows=self._dropped_rows,
             config_error=self._config_error,
@@ -190,6 +194,7 @@ class Collector:
             events += self._track(snapshots, now)
             self._queue(snapshots, events)
             self._flush_locked()
+            self._check_store_file()
             self._prune_if_due(now)
             self._latest = tuple(snapshots)
             self._cycles += 1
@@ -361,6 +366,19 @@ class Collector:
             log.warning("history store writes succeed again; the rows kept in memory are written")
             self._store_error = None
         return True
+
+    def _check_store_file(self) -> None:
+        """Within a cycle of the file vanishing, being replaced or turning read-only: say so, once."""
+        if self._store_watch is None:
+            return
+        problem = self._store_watch.problem()
+        if problem == self._store_file_problem:
+            return
+        if problem is not None:
+            log.error("%s", problem)
+        else:
+            log.warning("history store %s is writable again", self._store_watch.path)
+        self._store_file_problem = problem
 
     def _store_failed(self, exc: BaseException) -> None:
         message = str(exc) if isinstance(exc, StoreError) else f"history store write failed: {exc}"
