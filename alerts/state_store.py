@@ -249,11 +249,18 @@ class AlertStateStore:
         ]
 
     # -- outbox (the notifier) -------------------------------------------------------------------------------
-    def deliveries(self, limit: int = 100, receiver: str | None = None) -> list[Delivery]:
-        """The newest notifications and how their delivery went."""
-        where, params = "", []
+    def deliveries(
+        self, limit: int = 100, receiver: str | None = None, status: str | None = None
+    ) -> list[Delivery]:
+        """The newest notifications (of ``receiver``, with ``status``) and how their delivery went."""
+        clauses, params = [], []
         if receiver is not None:
-            where, params = "WHERE receiver = ?", [receiver]
+            clauses.append("receiver = ?")
+            params.append(receiver)
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(
             f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox {where} ORDER BY id DESC LIMIT ?",  # noqa: S608
             [*params, limit],
