@@ -32,6 +32,7 @@ from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, TargetSnapshot
+from collectors.secrets import safe_url
 from collectors.store.history import HistoryStore
 from config import DeliverySettings
 
@@ -120,9 +121,10 @@ class AlertEngine:
         self._rules_by_name = {rule.name: rule for rule in self.rules}
         self._store = store
         self._history_store = history
-        self._webhook_urls = tuple(webhook_urls)
+        # Receivers as the outbox names them: without user:password (the notifier posts to the real URL).
+        self._webhook_urls = tuple(safe_url(url) for url in webhook_urls)
         self._alertmanager_receiver = (
-            alertmanager_url.rstrip("/") + "/api/v2/alerts" if alertmanager_url else None
+            safe_url(alertmanager_url.rstrip("/") + "/api/v2/alerts") if alertmanager_url else None
         )
         self._clock = clock
         self._interval_s = evaluation_interval_s

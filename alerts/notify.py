@@ -26,7 +26,7 @@ from alerts.model import AlertState, Delivery
 from alerts.payloads import generator_url, rfc3339, split_payload, split_to_fit
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
-from collectors.secrets import Redactor
+from collectors.secrets import Redactor, safe_url
 from collectors.transport import WATCHDOG, make_service_session
 from config import DeliverySettings
 
@@ -118,11 +118,15 @@ class Notifier:
         self._external_url = external_url
         self._session_factory = session_factory
         self._redact = redact if redact is not None else Redactor()
-        self.receivers: dict[str, str] = {url: "webhook" for url in webhook_urls}
-        self.alertmanager_receiver = (
-            alertmanager_url.rstrip("/") + "/api/v2/alerts" if alertmanager_url else None
-        )
-        if self.alertmanager_receiver is not None:
+        # The outbox names a receiver by its URL without user:password (the store, the page and /metrics
+        # never hold the password); the real URL is only used to post.
+        self._endpoints: dict[str, str] = {safe_url(url): url for url in webhook_urls}
+        self.receivers: dict[str, str] = dict.fromkeys(self._endpoints, "webhook")
+        self.alertmanager_receiver: str | None = None
+        if alertmanager_url:
+            real = alertmanager_url.rstrip("/") + "/api/v2/alerts"
+            self.alertmanager_receiver = safe_url(real)
+            self._endpoints[self.alertmanager_receiver] = real
             self.receivers[self.alertmanager_receiver] = "alertmanager"
         self._stop = threading.Event()
         self._wake = {url: threading.Event() for url in self.receivers}
@@ -153,6 +157,7 @@ class Notifier:
         )
 
     def start(self) -> Notifier:
+        self._rename_old_receivers()
         self._drop_orphans()
         for url, kind in self.receivers.items():
             thread = threading.Thread(
@@ -386,7 +391,7 @@ class Notifier:
         try:
             with WATCHDOG.scope(time.monotonic() + self._timeout_s):
                 response = session.post(
-                    url,
+                    self._endpoints.get(url, url),
                     data=payload.encode(),
                     headers={
                         "Content-Type": "application/json",
@@ -466,6 +471,15 @@ class Notifier:
                 }
             )
         return alerts
+
+    def _rename_old_receivers(self) -> None:
+        """Rows queued by an older specwatch name the receiver with its password: rename them."""
+        try:
+            for key, real in self._endpoints.items():
+                if key != real:
+                    self._store.rename_receiver(real, key)
+        except StoreError as exc:
+            log.warning("could not rename old outbox rows: %s", exc)
 
     def _drop_orphans(self) -> None:
         """Rows queued for a receiver no longer configured would wait forever: mark them failed, say so."""

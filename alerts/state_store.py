@@ -313,6 +313,9 @@ class AlertStateStore:
             for r in self._query("SELECT DISTINCT receiver FROM alert_outbox WHERE status = 'queued'")
         ]
 
+    def rename_receiver(self, old: str, new: str) -> None:
+        self._execute("UPDATE alert_outbox SET receiver = ? WHERE receiver = ?", (new, old))
+
     def mark_delivered(self, delivery_id: int, ts: float, attempts: int | None = None) -> None:
         self._execute(
             "UPDATE alert_outbox SET status = 'delivered', delivered_ts = ?, "

@@ -23,16 +23,17 @@ _SCHEMES = re.compile(
 )
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"<>]+@")
 
-__all__ = ["REDACTED", "Redactor", "config_secrets", "safe_url"]
+__all__ = ["REDACTED", "Redactor", "config_secrets", "safe_url", "url_secrets"]
 
 
-def _url_secrets(url: str | None) -> list[str]:
+def url_secrets(url: str | None) -> list[str]:
+    """The user name and password of a URL's userinfo (as written and decoded)."""
     if not url or "@" not in url:
         return []
     from urllib.parse import unquote, urlsplit
 
     parts = urlsplit(url)
-    found = [p for p in (parts.password, parts.username) if p]
+    found = [p for p in (parts.password, parts.username) if p and len(p) >= 4]
     return found + [unquote(p) for p in found if unquote(p) != p]
 
 
@@ -48,7 +49,7 @@ def config_secrets(config: Config) -> tuple[str, ...]:
         found += [v for v in config.prometheus.headers.values() if len(v) >= 4]
     found += [os.environ.get(name, "") for name in envs if name]
     for url in urls:
-        found += _url_secrets(url)
+        found += url_secrets(url)
     return tuple(sorted({s for s in found if s}, key=len, reverse=True))
 
 

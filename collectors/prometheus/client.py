@@ -19,6 +19,7 @@ import numpy.typing as npt
 import requests
 
 from collectors.errors import QueryError
+from collectors.secrets import Redactor, url_secrets
 from collectors.transport import WATCHDOG, make_service_session
 from config.settings import PrometheusSettings
 
@@ -87,6 +88,10 @@ class PromClient:
         self._headers = {"Accept": "application/json", **(headers or {})}
         if bearer_token:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
+        # Auth proxies echo the Authorization header in a 401 body, and the URL may carry a password: every
+        # message built here goes through the scrape layer's redaction.
+        secrets = [bearer_token or "", *(v for v in (headers or {}).values() if len(v) >= 4)]
+        self._redact = Redactor([*secrets, *url_secrets(url)])
 
     @classmethod
     def from_settings(
@@ -141,7 +146,9 @@ class PromClient:
         The step is widened when needed so no series exceeds Prometheus's 11,000-point limit.
         """
         if end_ts < start_ts:
-            raise QueryError(f"range query on {self.url}: end ({end_ts}) is before start ({start_ts})")
+            raise QueryError(
+                self._redact(f"range query on {self.url}: end ({end_ts}) is before start ({start_ts})")
+            )
         step_s = max(step_s, (end_ts - start_ts) / (MAX_POINTS_PER_SERIES - 1), 0.001)
         params = {
             "query": expr,
@@ -168,6 +175,13 @@ class PromClient:
 
     # -- transport: the one place requests' exceptions are translated ---------------------------------
     def _call(self, endpoint: str, params: dict[str, str], expr: str) -> dict[str, Any]:
+        try:
+            return self._exchange(endpoint, params, expr)
+        except QueryError as exc:
+            # from None: the cause (requests' own message) may quote the URL with its password
+            raise QueryError(self._redact(str(exc))) from None
+
+    def _exchange(self, endpoint: str, params: dict[str, str], expr: str) -> dict[str, Any]:
         url = f"{self.url}/api/v1/{endpoint}"
         # requests' timeout bounds each socket read; the deadline bounds the whole answer.
         deadline = time.monotonic() + self.timeout_s
@@ -260,7 +274,9 @@ class PromClient:
 
     def _malformed(self, expr: str, what: str) -> QueryError:
         return QueryError(
-            f"Prometheus at {self.url} sent an unexpected answer: {what} (query: {_quote(expr)})"
+            self._redact(
+                f"Prometheus at {self.url} sent an unexpected answer: {what} (query: {_quote(expr)})"
+            )
         )
 
 
