@@ -23,6 +23,7 @@ from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.history import HistoryStore
 from collectors.store.watch import StoreFileWatch
+from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
 from config import Config, ConfigError, Target, load_targets_file
 
@@ -33,6 +34,7 @@ CycleObserver = Callable[[Sequence[TargetSnapshot], Sequence[Event]], None]
 MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈ 8 min of a 500-server fleet)
 MAX_PENDING_EVENTS = 10_000
 PRUNE_EVERY_S = 600.0
+TARGETS_FILE_TIMEOUT_S = 10.0  # a targets_file read taking longer is reported (the old targets stay)
 _STORE_LOG_EVERY_S = 60.0
 
 
@@ -99,6 +101,7 @@ class Collector:
 
         # Targets: the inline ones plus the targets_file, which is re-read when it changes.
         self._file_sig: tuple[int, int, int] | None = None
+        self._file_load: TargetsFileLoad | None = None
         file_targets: tuple[Target, ...] = ()
         if config.targets_file:
             self._file_sig = _file_signature(config.targets_file)
@@ -250,24 +253,32 @@ class Collector:
         path = self._config.targets_file
         if not path:
             return
-        signature = _file_signature(path)
-        if signature == self._file_sig:
+        if self._file_load is None:
+            signature = _file_signature(path)
+            if signature == self._file_sig:
+                return
+            self._file_sig = signature
+            self._file_load = TargetsFileLoad(path)
+        # Read in its own thread: a slow or stuck file system costs the cycle at most this budget, and the
+        # previous targets stay in force until a read completes.
+        load = self._file_load
+        if not load.done.wait(min(1.0, self._config.scrape.interval_s / 4)):
+            waited_s = time.monotonic() - load.started
+            if waited_s >= TARGETS_FILE_TIMEOUT_S:
+                self._targets_file_failed(
+                    ConfigError(path, "", f"a file read within {TARGETS_FILE_TIMEOUT_S:g} s", "no end yet")
+                )
             return
-        self._file_sig = signature
+        self._file_load = None
         try:
-            file_targets = load_targets_file(path)
+            if load.error is not None:
+                raise load.error
+            file_targets = load.targets
             clash = sorted({t.name for t in file_targets} & {t.name for t in self._inline_targets})
             if clash:
                 raise ConfigError(path, "name", "names not already used by the config's targets", clash)
         except ConfigError as exc:
-            if str(exc) != self._config_error:
-                log.error(
-                    "targets_file not reloaded, keeping the previous %d targets: %s", len(self._targets), exc
-                )
-                self._config_events.append(
-                    Event(self._clock(), "", "config", f"targets_file not reloaded: {exc}")
-                )
-            self._config_error = str(exc)
+            self._targets_file_failed(exc)
             return
         self._config_error = None
         targets = self._inline_targets + file_targets
@@ -334,6 +345,16 @@ class Collector:
         self._recipes = recipes
         self._health_targets = tuple(health)
         return events
+
+    def _targets_file_failed(self, exc: ConfigError) -> None:
+        if str(exc) != self._config_error:
+            log.error(
+                "targets_file not reloaded, keeping the previous %d targets: %s", len(self._targets), exc
+            )
+            self._config_events.append(
+                Event(self._clock(), "", "config", f"targets_file not reloaded: {exc}")
+            )
+        self._config_error = str(exc)
 
     # -- store ----------------------------------------------------------------------------------------------
     def _queue(self, snapshots: Sequence[TargetSnapshot], events: Sequence[Event]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -225,8 +226,8 @@ class Config(_Settings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
-        names = [t.name for t in self.targets]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        # Counted once (linear): a targets_file of thousands of servers loads in milliseconds.
+        duplicates = sorted(n for n, count in Counter(t.name for t in self.targets).items() if count > 1)
         if duplicates:
             raise ValueError(f"target names must be unique; repeated: {', '.join(duplicates)}")
         if self.source == "prometheus" and self.prometheus is None:
