@@ -39,6 +39,11 @@ class ScrapeSettings(_Settings):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=1024, description="A /metrics or /server_info body larger than this is refused."
     )
+    max_samples: int = Field(
+        50_000,
+        ge=100,
+        description="A /metrics body with more samples than this is refused (the target's error).",
+    )
     concurrency: int = Field(64, ge=1, le=1024, description="Targets scraped at once.")
     verify_tls: bool = Field(True, description="Verify HTTPS certificates of targets.")
     ca_bundle: str | None = Field(None, description="Path of a CA bundle used to verify HTTPS targets.")
