@@ -11,7 +11,6 @@ Alertmanager thread also re-sends every firing alert each ``resend_interval_s``,
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -22,32 +21,19 @@ from typing import Any
 
 import requests
 
-from alerts.model import AlertState, Delivery
-from alerts.payloads import generator_url, rfc3339, split_payload, split_to_fit
+from alerts.delivery_http import RefusedError, TooLargeError, UnreachableError, post_notification
+from alerts.model import Delivery
+from alerts.payloads import resend_snapshot, split_payload, split_to_fit
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.secrets import Redactor, safe_url
-from collectors.transport import WATCHDOG, make_service_session
+from collectors.transport import make_service_session
 from config import DeliverySettings
 
 log = logging.getLogger(__name__)
 
-_RETRYABLE_STATUS = frozenset({408, 425, 429})
-_ERROR_BYTES = 200  # of a refusal's body, kept as the delivery's last error
 _DEFAULTS = DeliverySettings()
 _JOIN_S = 2.0  # how long stop() waits for the receiver threads
-
-
-class _RefusedError(Exception):
-    """The receiver answered with a 4xx or a redirect: retrying the same body cannot help."""
-
-
-class _TooLargeError(Exception):
-    """HTTP 413: the same alerts may go through in smaller bodies."""
-
-
-class _UnreachableError(Exception):
-    """No answer, a timeout or a 5xx: the body may have arrived; try again later, identically."""
 
 
 @dataclass(slots=True)
@@ -72,11 +58,6 @@ class ReceiverStatus:
     split: int
     oldest_queued_age_s: float | None
     unsaved_marks: int  # outcomes held in memory because the store refused the write
-
-
-def idempotency_key(payload: str) -> str:
-    """The same body always carries the same key, so a receiver can drop a retry it already has."""
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 class Notifier:
@@ -309,14 +290,14 @@ class Notifier:
         now = self._clock()
         try:
             self._post(session, url, delivery.payload)
-        except _TooLargeError as exc:
+        except TooLargeError as exc:
             self._split(delivery, attempts, str(exc))
             return failing
-        except _RefusedError as exc:
+        except RefusedError as exc:
             log.error("%s refused notification %d for good: %s", self._redact(url), delivery.id, exc)
             self._finish(delivery.id, url, "failed", now, attempts, str(exc))
             return failing
-        except _UnreachableError as exc:
+        except UnreachableError as exc:
             age_s = now - delivery.created_ts
             if attempts >= self._max_attempts or age_s >= self._max_age_s:
                 error = f"gave up after {attempts} attempts over {age_s:.0f} s; last: {exc}"
@@ -379,48 +360,15 @@ class Notifier:
         )
         try:
             self._store.split(delivery.id, parts, f"{error}; split in two")
+            with self._lock:
+                self._local[url].pop(delivery.id, None)
         except StoreError as exc:  # nothing was delivered: trying the same body again later is harmless
             self._store_failed(url, str(exc))
             with self._lock:
                 self._local[url][delivery.id] = _Local(attempts, self._clock() + self._backoff_initial_s)
 
     def _post(self, session: requests.Session, url: str, payload: str) -> None:
-        # One deadline for the whole exchange (a receiver trickling its answer is cut off), and at most a few
-        # hundred bytes of the answer are read: only the status matters. Redirects are not followed: requests
-        # would re-send a 302 as a GET without the body and the 200 of that page is no delivery.
-        try:
-            with WATCHDOG.scope(time.monotonic() + self._timeout_s):
-                response = session.post(
-                    self._endpoints.get(url, url),
-                    data=payload.encode(),
-                    headers={
-                        "Content-Type": "application/json",
-                        "User-Agent": "specwatch-alerts",
-                        "Idempotency-Key": idempotency_key(payload),
-                    },
-                    timeout=self._timeout_s,
-                    stream=True,
-                    allow_redirects=False,
-                )
-                with response:
-                    if 200 <= response.status_code < 300:
-                        return
-                    head = next(response.iter_content(_ERROR_BYTES), b"")
-        except requests.RequestException as exc:
-            raise _UnreachableError(self._redact(f"{type(exc).__name__}: {exc}")) from exc
-        status = response.status_code
-        if 300 <= status < 400:
-            where = self._redact(str(response.headers.get("Location", "nowhere")))[:200]
-            raise _RefusedError(
-                f"HTTP {status}: the receiver redirects to {where}; redirects are not followed (a POST would "
-                "lose its body), so configure the final URL"
-            )
-        text = self._redact(f"HTTP {status}: {head[:_ERROR_BYTES].decode('utf-8', 'replace')}")
-        if status == 413:
-            raise _TooLargeError(text)
-        if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
-            raise _RefusedError(text)
-        raise _UnreachableError(text)
+        post_notification(session, self._endpoints.get(url, url), payload, self._timeout_s, self._redact)
 
     def _resend(self, session: requests.Session, url: str, now: float) -> None:
         """Prometheus's contract with Alertmanager: keep re-sending what fires and recent resolutions."""
@@ -432,7 +380,7 @@ class Notifier:
                 alerts, json.dumps, max_bytes=self._max_payload_bytes, max_alerts=self._max_alerts
             ):
                 self._post(session, url, body)
-        except (_RefusedError, _UnreachableError, _TooLargeError) as exc:
+        except (RefusedError, UnreachableError, TooLargeError) as exc:
             log.warning(
                 "re-sending %d alerts to %s failed (next try in %g s): %s",
                 len(alerts),
@@ -443,34 +391,14 @@ class Notifier:
 
     def alertmanager_snapshot(self, now: float) -> list[dict[str, Any]]:
         """Every firing alert (endsAt in the future) and every resolution of the retention window."""
-        firing = [i for i in self._store.active() if i.state is AlertState.FIRING]
-        active = {i.fingerprint for i in firing}
-        alerts: list[dict[str, Any]] = [
-            {
-                "labels": i.labels_dict,
-                "annotations": i.annotations_dict,
-                "startsAt": rfc3339(i.fired_at if i.fired_at is not None else i.since),
-                "endsAt": rfc3339(now + self._valid_for_s),
-                "generatorURL": generator_url(self._external_url, i.rule, i.target),
-            }
-            for i in firing
-        ]
-        recent = self._store.transitions(now - self._resolved_retention_s - 86400.0, now)
-        started = {t.fingerprint: t.ts for t in recent if t.to_state is AlertState.FIRING}
-        for t in recent:
-            resolved = t.from_state is AlertState.FIRING and t.to_state is AlertState.INACTIVE
-            if not resolved or t.ts < now - self._resolved_retention_s or t.fingerprint in active:
-                continue
-            alerts.append(
-                {
-                    "labels": t.labels_dict,
-                    "annotations": dict(t.annotations),
-                    "startsAt": rfc3339(min(started.get(t.fingerprint, t.ts), t.ts)),
-                    "endsAt": rfc3339(t.ts),
-                    "generatorURL": generator_url(self._external_url, t.rule, t.target),
-                }
-            )
-        return alerts
+        return resend_snapshot(
+            self._store.active(),
+            self._store.transitions(now - self._resolved_retention_s - 86400.0, now),
+            now=now,
+            valid_for_s=self._valid_for_s,
+            resolved_retention_s=self._resolved_retention_s,
+            external_url=self._external_url,
+        )
 
     def _rename_old_receivers(self) -> None:
         """Rows queued by an older specwatch name the receiver with its password: rename them."""

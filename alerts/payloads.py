@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from alerts.model import AlertTransition, OutboxItem
+from alerts.model import AlertInstance, AlertState, AlertTransition, OutboxItem
 from config import DeliverySettings
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt while an alert is firing
@@ -228,3 +228,43 @@ def outbox_items(
             for body in split_to_fit(postable, json.dumps, max_bytes=max_payload_bytes, max_alerts=max_alerts)
         )
     return items
+
+
+def resend_snapshot(
+    active: Sequence[AlertInstance],
+    recent: Sequence[AlertTransition],
+    *,
+    now: float,
+    valid_for_s: float,
+    resolved_retention_s: float,
+    external_url: str,
+) -> list[dict[str, Any]]:
+    """Prometheus's re-send to Alertmanager: every firing alert with endsAt ``valid_for_s`` ahead, and every
+    resolution of the last ``resolved_retention_s`` (``recent`` transitions) with its endsAt."""
+    firing = [i for i in active if i.state is AlertState.FIRING]
+    firing_now = {i.fingerprint for i in firing}
+    alerts: list[dict[str, Any]] = [
+        {
+            "labels": i.labels_dict,
+            "annotations": i.annotations_dict,
+            "startsAt": rfc3339(i.fired_at if i.fired_at is not None else i.since),
+            "endsAt": rfc3339(now + valid_for_s),
+            "generatorURL": generator_url(external_url, i.rule, i.target),
+        }
+        for i in firing
+    ]
+    started = {t.fingerprint: t.ts for t in recent if t.to_state is AlertState.FIRING}
+    for t in recent:
+        resolved = t.from_state is AlertState.FIRING and t.to_state is AlertState.INACTIVE
+        if not resolved or t.ts < now - resolved_retention_s or t.fingerprint in firing_now:
+            continue
+        alerts.append(
+            {
+                "labels": t.labels_dict,
+                "annotations": dict(t.annotations),
+                "startsAt": rfc3339(min(started.get(t.fingerprint, t.ts), t.ts)),
+                "endsAt": rfc3339(t.ts),
+                "generatorURL": generator_url(external_url, t.rule, t.target),
+            }
+        )
+    return alerts

@@ -115,11 +115,10 @@ class AlertStateStore:
             with connection:
                 connection.executescript(_SCHEMA)
                 columns = {str(r[1]) for r in connection.execute("PRAGMA table_info(alert_outbox)")}
-                if "group_key" not in columns:  # a version-1 file: every old row is its own group
+                if "group_key" not in columns:  # version 1: its rows stay one ordered queue
                     connection.execute(
                         "ALTER TABLE alert_outbox ADD COLUMN group_key TEXT NOT NULL DEFAULT ''"
                     )
-                    connection.execute("UPDATE alert_outbox SET group_key = 'row:' || id")
                 row = connection.execute(
                     "SELECT value FROM alert_meta WHERE key = 'schema_version'"
                 ).fetchone()

@@ -35,7 +35,6 @@ MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈
 MAX_PENDING_EVENTS = 10_000
 PRUNE_EVERY_S = 600.0
 TARGETS_FILE_TIMEOUT_S = 10.0  # a targets_file read taking longer is reported (the old targets stay)
-_STORE_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +140,6 @@ class Collector:
         path = getattr(store, "path", None)
         self._store_watch = StoreFileWatch(path) if isinstance(path, str) and path else None
         self._store_file_problem: str | None = None
-        self._store_logged_at = float("-inf")
         self._next_prune = 0.0
         self._config_error: str | None = None
         self._config_events: list[Event] = []
@@ -403,15 +401,14 @@ class Collector:
 
     def _store_failed(self, exc: BaseException) -> None:
         message = str(exc) if isinstance(exc, StoreError) else f"history store write failed: {exc}"
-        now = time.monotonic()
-        if message != self._store_error or now - self._store_logged_at >= _STORE_LOG_EVERY_S:
+        # Once per change of the problem (the state stays on /metrics and the page), not once a cycle.
+        if message != self._store_error:
             log.error(
                 "%s; keeping %d rows in memory (at most %d) and retrying each cycle",
                 message,
                 len(self._pending_rows),
                 self._max_pending_rows,
             )
-            self._store_logged_at = now
         self._store_error = message
 
     def _prune_if_due(self, now: float) -> None:

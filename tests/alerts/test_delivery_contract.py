@@ -288,3 +288,35 @@ def test_the_status_counts_what_the_outbox_holds(store: AlertStateStore) -> None
     (status,) = notifier.status()
     assert (status.queued, status.failed, status.delivered) == (0, 1, 0)
     assert json.loads(store.deliveries()[0].payload)["alerts"][0]["labels"]["target"] == "gpu-1"
+
+
+def test_a_version_1_outbox_is_migrated_and_its_queue_delivered_in_order(tmp_path: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    path = tmp_path / "old.sqlite"
+    with hostile_receiver(ok) as receiver:
+        with closing(sqlite3.connect(path)) as db, db:
+            # the version-1 table, as an older specwatch left it, with a firing and its resolution queued
+            db.executescript(
+                "CREATE TABLE alert_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                "INSERT INTO alert_meta VALUES ('schema_version', '1');"
+                "CREATE TABLE alert_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, receiver TEXT NOT NULL, "
+                "kind TEXT NOT NULL, created_ts REAL NOT NULL, payload TEXT NOT NULL, status TEXT NOT NULL "
+                "DEFAULT 'queued', attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ts REAL NOT NULL, "
+                "delivered_ts REAL, last_error TEXT NOT NULL DEFAULT '');"
+            )
+            for status in ("firing", "resolved"):
+                db.execute(
+                    "INSERT INTO alert_outbox (receiver, kind, created_ts, payload, next_attempt_ts) "
+                    "VALUES (?, 'webhook', 1, ?, 1)",
+                    (receiver.url, json.dumps({"status": status, "alerts": []})),
+                )
+        store = AlertStateStore(path)
+        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
+        try:
+            settle(store)
+        finally:
+            notifier.stop()
+            store.close()
+        assert [p.json["status"] for p in receiver.posts] == ["firing", "resolved"]
