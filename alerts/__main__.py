@@ -10,14 +10,23 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from alerts.service import Service
 
 from alerts.engine import DEFAULT_EXTERNAL_URL
 from alerts.export import render_rules
+from alerts.lock import EvaluatorLock
+from alerts.metrics import DeliveryMetrics
 from alerts.rules import build_rules
 from collectors.errors import CollectorError
+from collectors.exporter import MetricsExporter
 from config import Config, ConfigError, load_config
 
 log = logging.getLogger("specwatch.alerts")
+_STANDBY_POLL_S = 1.0
+_STOP_DEADLINE_S = 8.0
 
 
 def _load(path: str | None) -> Config:
@@ -32,7 +41,6 @@ def _run(args: argparse.Namespace) -> int:
         hint = " (sim: is started by the dashboard, not by this daemon)" if config.sim is not None else ""
         print(f"{args.config}: no targets to scrape{hint}; add targets: or targets_file:", file=sys.stderr)
         return 2
-    service = Service(config, source=args.config, external_url=args.external_url)
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -41,6 +49,32 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    lock = EvaluatorLock(config.store.path)
+    if args.standby:
+        if not _stand_by(lock, stop):
+            return 0
+    else:
+        lock.acquire()
+    try:
+        return _serve(Service(config, source=args.config, external_url=args.external_url), config, stop)
+    finally:
+        lock.release()
+
+
+def _stand_by(lock: EvaluatorLock, stop: threading.Event) -> bool:
+    """Wait for the evaluator role (the other daemon stopped or died); False if told to stop first."""
+    if lock.try_acquire():
+        return True
+    log.warning("standing by: %s; this daemon takes over when it stops", lock.holder())
+    while not stop.wait(_STANDBY_POLL_S):
+        if lock.try_acquire():
+            log.warning("the other evaluator stopped; this daemon takes over")
+            return True
+    return False
+
+
+def _serve(service: Service, config: Config, stop: threading.Event) -> int:
+    exporter = _exporter(service, config)
     service.start()
     rules = ", ".join(rule.name for rule in service.engine.rules)
     log.info(
@@ -50,8 +84,30 @@ def _run(args: argparse.Namespace) -> int:
         rules,
     )
     stop.wait()
-    service.stop()
+    # Stopping may wait for a cycle in flight; past the deadline the process ends anyway (the outbox is on
+    # disk, nothing delivered is sent twice) so SIGTERM never hangs.
+    stopper = threading.Thread(target=service.stop, name="specwatch-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout=_STOP_DEADLINE_S)
+    if stopper.is_alive():
+        log.error("shutdown did not finish within %g s; exiting anyway", _STOP_DEADLINE_S)
+    if exporter is not None:
+        exporter.close()
     return 0
+
+
+def _exporter(service: Service, config: Config) -> MetricsExporter | None:
+    """The collector's /metrics with the outbox beside it; a busy port costs /metrics, not the alerts."""
+    if not config.exporter.listen:
+        return None
+    try:
+        exporter = MetricsExporter(service.collector, config.exporter.listen)
+    except ConfigError as exc:
+        log.error("not serving /metrics: %s", exc)
+        return None
+    exporter.registry.register(DeliveryMetrics(service.notifier))
+    log.info("serving the collector's own metrics on %s", exporter.url)
+    return exporter
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -75,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="scrape the fleet and evaluate alerts until SIGTERM")
     run.add_argument("--config", required=True, help="fleet configuration file (YAML or JSON)")
     run.add_argument("--external-url", default=DEFAULT_EXTERNAL_URL, help="dashboard URL used in alert links")
+    run.add_argument(
+        "--standby",
+        action="store_true",
+        help="if another daemon holds this store, wait and take over when it stops (default: refuse)",
+    )
     run.set_defaults(handler=_run)
     export = commands.add_parser("export-rules", help="print the rules as a Prometheus rule file")
     export.add_argument("--config", help="take thresholds from this file (default: the documented defaults)")

@@ -33,7 +33,9 @@ from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
+from collectors.secrets import safe_url
 from collectors.store.history import HistoryStore
+from config import DeliverySettings
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,9 @@ class AlertEngine:
         external_url: str = DEFAULT_EXTERNAL_URL,
         recipes: Callable[[], Mapping[str, Recipe]] | None = None,
         on_notify: Callable[[], None] | None = None,
+        delivery: DeliverySettings | None = None,
     ) -> None:
+        self._delivery = delivery if delivery is not None else DeliverySettings()
         self.rules = [rule for rule in rules if rule.enabled and not rule.watches_source]
         # SourceDown: evaluated once per evaluation from the source's health, never per target.
         self.source_rules = [rule for rule in rules if rule.enabled and rule.watches_source]
@@ -122,9 +126,10 @@ class AlertEngine:
         self._rules_by_name = {rule.name: rule for rule in self.rules + self.source_rules}
         self._store = store
         self._history_store = history
-        self._webhook_urls = tuple(webhook_urls)
+        # Receivers as the outbox names them: without user:password (the notifier posts to the real URL).
+        self._webhook_urls = tuple(safe_url(url) for url in webhook_urls)
         self._alertmanager_receiver = (
-            alertmanager_url.rstrip("/") + "/api/v2/alerts" if alertmanager_url else None
+            safe_url(alertmanager_url.rstrip("/") + "/api/v2/alerts") if alertmanager_url else None
         )
         self._clock = clock
         self._interval_s = evaluation_interval_s
@@ -423,6 +428,9 @@ class AlertEngine:
                 alertmanager_receiver=self._alertmanager_receiver,
                 external_url=self._external_url,
                 alertmanager_ends_at=now + self.alertmanager_valid_for_s,
+                group_by=self._delivery.group_by,
+                max_payload_bytes=self._delivery.max_payload_bytes,
+                max_alerts=self._delivery.max_alerts_per_payload,
             )
         )
         self._to_notify = []

@@ -159,12 +159,15 @@ class Delivery:
     receiver: str  # the URL it goes to
     kind: str  # "webhook" or "alertmanager"
     created_ts: float
-    status: str  # "queued", "delivered" or "failed" (a receiver that refused it for good, e.g. HTTP 400)
+    # "queued", "delivered", "failed" (refused for good, or out of attempts/age) or "split" (a 413: its
+    # alerts went on in smaller notifications of the same group)
+    status: str
     attempts: int
     next_attempt_ts: float
     delivered_ts: float | None = None
     last_error: str = ""
     payload: str = field(default="", repr=False)  # the JSON body
+    group_key: str = ""  # the Alertmanager group key: order is kept within a group, never across groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +177,4 @@ class OutboxItem:
     receiver: str  # the URL it goes to
     kind: str  # "webhook" or "alertmanager"
     payload: str
+    group_key: str = ""  # notifications of one group go out in order; other groups never wait for them

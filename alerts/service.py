@@ -20,6 +20,7 @@ from alerts.state_store import AlertStateStore
 from collectors.model import TargetSnapshot
 from collectors.prometheus.history import open_history
 from collectors.runner import Collector
+from collectors.secrets import Redactor
 from collectors.store.history import HistoryStore
 from config import Config
 
@@ -59,15 +60,18 @@ class Service:
             resend_interval_s=resend_s,
             retention_s=config.store.retention_h * 3600.0,
             external_url=external_url,
+            delivery=settings.delivery,
         )
-        self.notifier = notifier or Notifier(
+        self.notifier = notifier or Notifier.from_settings(
             self.alert_store,
+            settings.delivery,
             webhook_urls=settings.webhook_urls,
             alertmanager_url=settings.alertmanager_url,
             clock=clock,
             resend_interval_s=resend_s,
             alertmanager_valid_for_s=self.engine.alertmanager_valid_for_s,
             external_url=external_url,
+            redact=Redactor.for_config(config),
         )
         self.engine.set_on_notify(self.notifier.wake)
         self.engine.restore()

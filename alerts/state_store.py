@@ -16,7 +16,7 @@ from alerts.model import AlertInstance, AlertState, AlertTransition, Delivery, O
 from collectors.errors import StoreError
 from collectors.store.connections import ThreadConnections
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: alert_outbox.group_key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS alert_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS alert_outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT, receiver TEXT NOT NULL, kind TEXT NOT NULL,
     created_ts REAL NOT NULL,
     payload TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'queued', attempts INTEGER NOT NULL DEFAULT 0,
-    next_attempt_ts REAL NOT NULL, delivered_ts REAL, last_error TEXT NOT NULL DEFAULT ''
+    next_attempt_ts REAL NOT NULL, delivered_ts REAL, last_error TEXT NOT NULL DEFAULT '',
+    group_key TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS alert_outbox_queue ON alert_outbox (receiver, status, id);
 """
@@ -51,8 +52,10 @@ _INSTANCE_COLUMNS = (
 )
 _TRANSITION_COLUMNS = "ts, rule, target, fingerprint, from_state, to_state, value, labels, annotations"
 _OUTBOX_COLUMNS = (
-    "id, receiver, kind, created_ts, status, attempts, next_attempt_ts, delivered_ts, last_error, payload"
+    "id, receiver, kind, created_ts, status, attempts, next_attempt_ts, delivered_ts, last_error, payload, "
+    "group_key"
 )
+_QUEUE_COLUMNS = "receiver, kind, created_ts, payload, next_attempt_ts, group_key"
 _STATE_ORDER = "CASE state WHEN 'firing' THEN 0 ELSE 1 END"
 _SEVERITY_ORDER = (
     "CASE json_extract(labels, '$.severity') WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END"
@@ -111,6 +114,11 @@ class AlertStateStore:
             connection = self._connect()
             with connection:
                 connection.executescript(_SCHEMA)
+                columns = {str(r[1]) for r in connection.execute("PRAGMA table_info(alert_outbox)")}
+                if "group_key" not in columns:  # version 1: its rows stay one ordered queue
+                    connection.execute(
+                        "ALTER TABLE alert_outbox ADD COLUMN group_key TEXT NOT NULL DEFAULT ''"
+                    )
                 row = connection.execute(
                     "SELECT value FROM alert_meta WHERE key = 'schema_version'"
                 ).fetchone()
@@ -118,6 +126,10 @@ class AlertStateStore:
                     connection.execute(
                         "INSERT INTO alert_meta (key, value) VALUES ('schema_version', ?)",
                         (str(SCHEMA_VERSION),),
+                    )
+                elif int(row[0]) < SCHEMA_VERSION:
+                    connection.execute(
+                        "UPDATE alert_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                     )
                 elif int(row[0]) > SCHEMA_VERSION:
                     raise StoreError(
@@ -166,10 +178,8 @@ class AlertStateStore:
                     [_transition_row(t) for t in transitions],
                 )
                 connection.executemany(
-                    _insert(
-                        "INSERT INTO alert_outbox", "receiver, kind, created_ts, payload, next_attempt_ts"
-                    ),
-                    [(o.receiver, o.kind, now, o.payload, now) for o in outbox],
+                    _insert("INSERT INTO alert_outbox", _QUEUE_COLUMNS),
+                    [(o.receiver, o.kind, now, o.payload, now, o.group_key) for o in outbox],
                 )
         except sqlite3.Error as exc:
             raise StoreError(f"alert store {self.path}: write failed: {exc}") from exc
@@ -238,11 +248,18 @@ class AlertStateStore:
         ]
 
     # -- outbox (the notifier) -------------------------------------------------------------------------------
-    def deliveries(self, limit: int = 100, receiver: str | None = None) -> list[Delivery]:
-        """The newest notifications and how their delivery went."""
-        where, params = "", []
+    def deliveries(
+        self, limit: int = 100, receiver: str | None = None, status: str | None = None
+    ) -> list[Delivery]:
+        """The newest notifications (of ``receiver``, with ``status``) and how their delivery went."""
+        clauses, params = [], []
         if receiver is not None:
-            where, params = "WHERE receiver = ?", [receiver]
+            clauses.append("receiver = ?")
+            params.append(receiver)
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(
             f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox {where} ORDER BY id DESC LIMIT ?",  # noqa: S608
             [*params, limit],
@@ -250,13 +267,37 @@ class AlertStateStore:
         return [_delivery(row) for row in rows]
 
     def next_delivery(self, receiver: str) -> Delivery | None:
-        """The oldest queued notification for ``receiver``: a resolved never overtakes its firing."""
+        """The oldest queued notification for ``receiver``."""
         rows = self._query(
             f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox "  # noqa: S608
-            "WHERE receiver = ? AND status = 'queued' ORDER BY id LIMIT 1",
+            "WHERE receiver = ? AND status = 'queued' ORDER BY created_ts, id LIMIT 1",
             [receiver],
         )
         return _delivery(rows[0]) if rows else None
+
+    def group_heads(self, receiver: str, skip_ids: Sequence[int] = ()) -> list[Delivery]:
+        """The oldest queued notification of each group for ``receiver`` (ids in ``skip_ids`` are done
+        already, their mark not yet written): within a group a resolution never overtakes its firing; across
+        groups nothing waits."""
+        skip = f"AND id NOT IN ({', '.join('?' for _ in skip_ids)})" if skip_ids else ""
+        rows = self._query(
+            f"SELECT {_OUTBOX_COLUMNS} FROM (SELECT {_OUTBOX_COLUMNS}, ROW_NUMBER() OVER ("  # noqa: S608
+            "PARTITION BY group_key ORDER BY created_ts, id) AS place FROM alert_outbox "
+            f"WHERE receiver = ? AND status = 'queued' {skip}) WHERE place = 1 ORDER BY created_ts, id",
+            [receiver, *skip_ids],
+        )
+        return [_delivery(row) for row in rows]
+
+    def outbox_counts(self) -> dict[tuple[str, str], int]:
+        """(receiver, status) → number of notifications (the collector's /metrics and the Alerts page)."""
+        rows = self._query("SELECT receiver, status, COUNT(*) FROM alert_outbox GROUP BY receiver, status")
+        return {(str(r), str(s)): int(str(n)) for r, s, n in rows}
+
+    def oldest_queued_ts(self, receiver: str) -> float | None:
+        rows = self._query(
+            "SELECT MIN(created_ts) FROM alert_outbox WHERE receiver = ? AND status = 'queued'", [receiver]
+        )
+        return _float(rows[0][0]) if rows else None
 
     def queued_count(self, receiver: str | None = None) -> int:
         where, params = "status = 'queued'", []
@@ -271,25 +312,58 @@ class AlertStateStore:
             for r in self._query("SELECT DISTINCT receiver FROM alert_outbox WHERE status = 'queued'")
         ]
 
-    def mark_delivered(self, delivery_id: int, ts: float) -> None:
+    def rename_receiver(self, old: str, new: str) -> None:
+        self._execute("UPDATE alert_outbox SET receiver = ? WHERE receiver = ?", (new, old))
+
+    def mark_delivered(self, delivery_id: int, ts: float, attempts: int | None = None) -> None:
         self._execute(
-            "UPDATE alert_outbox SET status = 'delivered', delivered_ts = ?, attempts = attempts + 1 "
-            "WHERE id = ?",
-            (ts, delivery_id),
+            "UPDATE alert_outbox SET status = 'delivered', delivered_ts = ?, "
+            "attempts = COALESCE(?, attempts + 1) WHERE id = ?",
+            (ts, attempts, delivery_id),
         )
 
-    def mark_retry(self, delivery_id: int, next_attempt_ts: float, error: str) -> None:
+    def mark_retry(
+        self, delivery_id: int, next_attempt_ts: float, error: str, attempts: int | None = None
+    ) -> None:
         self._execute(
-            "UPDATE alert_outbox SET attempts = attempts + 1, next_attempt_ts = ?, last_error = ? "
-            "WHERE id = ?",
-            (next_attempt_ts, error[:500], delivery_id),
+            "UPDATE alert_outbox SET attempts = COALESCE(?, attempts + 1), next_attempt_ts = ?, "
+            "last_error = ? WHERE id = ? AND status = 'queued'",
+            (attempts, next_attempt_ts, error[:500], delivery_id),
         )
 
-    def mark_failed(self, delivery_id: int, error: str) -> None:
+    def mark_failed(self, delivery_id: int, error: str, attempts: int | None = None) -> None:
+        """Give up on a notification (kept, shown); ``attempts`` sets the count, else one more attempt."""
         self._execute(
-            "UPDATE alert_outbox SET status = 'failed', attempts = attempts + 1, last_error = ? WHERE id = ?",
-            (error[:500], delivery_id),
+            "UPDATE alert_outbox SET status = 'failed', attempts = COALESCE(?, attempts + 1), last_error = ? "
+            "WHERE id = ? AND status = 'queued'",
+            (attempts, error[:500], delivery_id),
         )
+
+    def split(self, delivery_id: int, payloads: Sequence[str], error: str) -> None:
+        """Replace a refused-as-too-large notification by ``payloads`` (same receiver, group and place in the
+        group's order), in one transaction: the original is kept as 'split'."""
+        try:
+            connection = self._connect()
+            with connection:
+                row = connection.execute(
+                    "SELECT receiver, kind, created_ts, next_attempt_ts, group_key FROM alert_outbox "
+                    "WHERE id = ? AND status = 'queued'",
+                    (delivery_id,),
+                ).fetchone()
+                if row is None:
+                    return
+                receiver, kind, created_ts, next_ts, group = row
+                connection.execute(
+                    "UPDATE alert_outbox SET status = 'split', attempts = attempts + 1, last_error = ? "
+                    "WHERE id = ?",
+                    (error[:500], delivery_id),
+                )
+                connection.executemany(
+                    _insert("INSERT INTO alert_outbox", _QUEUE_COLUMNS),
+                    [(receiver, kind, created_ts, p, next_ts, group) for p in payloads],
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"alert store {self.path}: write failed: {exc}") from exc
 
     # -- housekeeping ----------------------------------------------------------------------------------------
     def prune(self, older_than_ts: float) -> int:
@@ -345,7 +419,7 @@ def _instance(row: Sequence[object]) -> AlertInstance:
 
 
 def _delivery(row: Sequence[object]) -> Delivery:
-    id_, receiver, kind, created, status, attempts, next_ts, delivered, error, payload = row
+    id_, receiver, kind, created, status, attempts, next_ts, delivered, error, payload, group = row
     return Delivery(
         id=int(str(id_)),
         receiver=str(receiver),
@@ -357,4 +431,5 @@ def _delivery(row: Sequence[object]) -> Delivery:
         delivered_ts=_float(delivered),
         last_error=str(error or ""),
         payload=str(payload),
+        group_key=str(group or ""),
     )

@@ -22,6 +22,8 @@ from collectors.errors import StoreError
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.history import HistoryStore
+from collectors.store.watch import StoreFileWatch
+from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
 from config import Config, ConfigError, Target, load_targets_file
 
@@ -32,8 +34,8 @@ CycleObserver = Callable[[Sequence[TargetSnapshot], Sequence[Event]], None]
 MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈ 8 min of a 500-server fleet)
 MAX_PENDING_EVENTS = 10_000
 PRUNE_EVERY_S = 600.0
-_STORE_LOG_EVERY_S = 60.0
 _DIRECT = SourceHealth("direct")
+TARGETS_FILE_TIMEOUT_S = 10.0  # a targets_file read taking longer is reported (the old targets stay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,7 @@ class Collector:
 
         # Targets: the inline ones plus the targets_file, which is re-read when it changes.
         self._file_sig: tuple[int, int, int] | None = None
+        self._file_load: TargetsFileLoad | None = None
         file_targets: tuple[Target, ...] = ()
         if config.targets_file:
             self._file_sig = _file_signature(config.targets_file)
@@ -138,7 +141,9 @@ class Collector:
         self._stored_recipe_ids: set[str] = set()
         self._dropped_rows = 0
         self._store_error: str | None = None
-        self._store_logged_at = float("-inf")
+        path = getattr(store, "path", None)
+        self._store_watch = StoreFileWatch(path) if isinstance(path, str) and path else None
+        self._store_file_problem: str | None = None
         self._next_prune = 0.0
         self._config_error: str | None = None
         self._config_events: list[Event] = []
@@ -171,7 +176,7 @@ class Collector:
             cycles=self._cycles,
             last_cycle_ts=self._last_cycle_ts,
             last_cycle_duration_s=self._last_cycle_duration_s,
-            store_error=self._store_error,
+            store_error=self._store_file_problem or self._store_error,
             pending_rows=len(self._pending_rows),
             dropped_rows=self._dropped_rows,
             config_error=self._config_error,
@@ -200,6 +205,7 @@ class Collector:
             events += self._track(snapshots, now)
             self._queue(snapshots, events)
             self._flush_locked()
+            self._check_store_file()
             self._prune_if_due(now)
             self._latest = tuple(snapshots)
             self._cycles += 1
@@ -255,24 +261,32 @@ class Collector:
         path = self._config.targets_file
         if not path:
             return
-        signature = _file_signature(path)
-        if signature == self._file_sig:
+        if self._file_load is None:
+            signature = _file_signature(path)
+            if signature == self._file_sig:
+                return
+            self._file_sig = signature
+            self._file_load = TargetsFileLoad(path)
+        # Read in its own thread: a slow or stuck file system costs the cycle at most this budget, and the
+        # previous targets stay in force until a read completes.
+        load = self._file_load
+        if not load.done.wait(min(1.0, self._config.scrape.interval_s / 4)):
+            waited_s = time.monotonic() - load.started
+            if waited_s >= TARGETS_FILE_TIMEOUT_S:
+                self._targets_file_failed(
+                    ConfigError(path, "", f"a file read within {TARGETS_FILE_TIMEOUT_S:g} s", "no end yet")
+                )
             return
-        self._file_sig = signature
+        self._file_load = None
         try:
-            file_targets = load_targets_file(path)
+            if load.error is not None:
+                raise load.error
+            file_targets = load.targets
             clash = sorted({t.name for t in file_targets} & {t.name for t in self._inline_targets})
             if clash:
                 raise ConfigError(path, "name", "names not already used by the config's targets", clash)
         except ConfigError as exc:
-            if str(exc) != self._config_error:
-                log.error(
-                    "targets_file not reloaded, keeping the previous %d targets: %s", len(self._targets), exc
-                )
-                self._config_events.append(
-                    Event(self._clock(), "", "config", f"targets_file not reloaded: {exc}")
-                )
-            self._config_error = str(exc)
+            self._targets_file_failed(exc)
             return
         self._config_error = None
         targets = self._inline_targets + file_targets
@@ -344,6 +358,16 @@ class Collector:
         self._health_targets = tuple(health)
         return events
 
+    def _targets_file_failed(self, exc: ConfigError) -> None:
+        if str(exc) != self._config_error:
+            log.error(
+                "targets_file not reloaded, keeping the previous %d targets: %s", len(self._targets), exc
+            )
+            self._config_events.append(
+                Event(self._clock(), "", "config", f"targets_file not reloaded: {exc}")
+            )
+        self._config_error = str(exc)
+
     # -- store ----------------------------------------------------------------------------------------------
     def _queue(self, snapshots: Sequence[TargetSnapshot], events: Sequence[Event]) -> None:
         for snap in snapshots:
@@ -376,17 +400,29 @@ class Collector:
             self._store_error = None
         return True
 
+    def _check_store_file(self) -> None:
+        """Within a cycle of the file vanishing, being replaced or turning read-only: say so, once."""
+        if self._store_watch is None:
+            return
+        problem = self._store_watch.problem()
+        if problem == self._store_file_problem:
+            return
+        if problem is not None:
+            log.error("%s", problem)
+        else:
+            log.warning("history store %s is writable again", self._store_watch.path)
+        self._store_file_problem = problem
+
     def _store_failed(self, exc: BaseException) -> None:
         message = str(exc) if isinstance(exc, StoreError) else f"history store write failed: {exc}"
-        now = time.monotonic()
-        if message != self._store_error or now - self._store_logged_at >= _STORE_LOG_EVERY_S:
+        # Once per change of the problem (the state stays on /metrics and the page), not once a cycle.
+        if message != self._store_error:
             log.error(
                 "%s; keeping %d rows in memory (at most %d) and retrying each cycle",
                 message,
                 len(self._pending_rows),
                 self._max_pending_rows,
             )
-            self._store_logged_at = now
         self._store_error = message
 
     def _prune_if_due(self, now: float) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +18,62 @@ from config.settings import Config, Target
 _MAX_FILE_BYTES = 32 * 1024 * 1024
 
 
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _read_bytes(path: Path, limit: int) -> bytes:
+    """The file's bytes, at most ``limit``; never blocks on a FIFO or device (opened non-blocking and refused
+    unless a regular file), and refuses a file that changed while it was read (a half-written file)."""
+    source = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise ConfigError(source, "", "a readable file", exc.strerror or str(exc)) from exc
+    try:
+        before = os.fstat(fd)
+        kind = _kind(before.st_mode)
+        if kind != "a regular file":
+            raise ConfigError(source, "", "a regular file", kind)
+        if before.st_size > limit:
+            raise ConfigError(source, "", f"a file under {limit} bytes", f"{before.st_size} bytes")
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > limit:
+                raise ConfigError(source, "", f"a file under {limit} bytes", "more, and still growing")
+            chunks.append(chunk)
+        after = os.fstat(fd)
+    except OSError as exc:
+        raise ConfigError(source, "", "a readable file", exc.strerror or str(exc)) from exc
+    finally:
+        os.close(fd)
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or total != after.st_size:
+        raise ConfigError(
+            source,
+            "",
+            "a file that stays the same while it is read",
+            "it changed mid-read",
+            "write a new file and rename it over the old one; it is read again at the next cycle",
+        )
+    return b"".join(chunks)
+
+
 def _read_document(path: Path) -> Any:
     source = str(path)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise ConfigError(source, "", "a readable file", exc.strerror or str(exc)) from exc
-    if size > _MAX_FILE_BYTES:
-        raise ConfigError(source, "", f"a file under {_MAX_FILE_BYTES} bytes", f"{size} bytes")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = _read_bytes(path, _MAX_FILE_BYTES).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(source, "", "a UTF-8 text file", str(exc)) from exc
     try:
         if path.suffix == ".json":
@@ -84,8 +132,7 @@ def load_targets_file(path: str | Path) -> tuple[Target, ...]:
     if not isinstance(data, list):
         raise ConfigError(str(path), "", "a list of targets", type(data).__name__)
     targets: tuple[Target, ...] = _validate(str(path), _TARGETS, data)
-    names = [t.name for t in targets]
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    repeated = sorted(n for n, count in Counter(t.name for t in targets).items() if count > 1)
     if repeated:
         raise ConfigError(str(path), "name", "unique target names", repeated)
     return targets

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -37,6 +38,11 @@ class ScrapeSettings(_Settings):
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=1024, description="A /metrics or /server_info body larger than this is refused."
+    )
+    max_samples: int = Field(
+        50_000,
+        ge=100,
+        description="A /metrics body with more samples than this is refused (the target's error).",
     )
     concurrency: int = Field(64, ge=1, le=1024, description="Targets scraped at once.")
     verify_tls: bool = Field(True, description="Verify HTTPS certificates of targets.")
@@ -82,6 +88,43 @@ class StoreSettings(_Settings):
     retention_h: float = Field(168.0, gt=0, description="Hours of history kept; older rows are pruned.")
 
 
+class DeliverySettings(_Settings):
+    """How notifications reach their receivers (the same contract for every webhook and Alertmanager)."""
+
+    timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Seconds one delivery attempt may take (connect + answer)."
+    )
+    backoff_initial_s: float = Field(1.0, gt=0, description="Wait after the first failed attempt, seconds.")
+    backoff_max_s: float = Field(
+        300.0, gt=0, description="Cap of the doubling wait between attempts, seconds."
+    )
+    max_attempts: int = Field(
+        40, ge=1, le=10_000, description="Attempts before a notification is marked failed (kept, shown)."
+    )
+    max_age_s: float = Field(
+        6 * 3600.0, gt=0, description="A notification still undelivered this long after it was queued fails."
+    )
+    group_by: tuple[str, ...] = Field(
+        ("alertname", "deployment"),
+        description="Labels grouping alerts into one webhook message, as Alertmanager's route group_by.",
+    )
+    max_payload_bytes: int = Field(
+        256 * 1024, ge=4096, description="A notification body stays under this size (split otherwise)."
+    )
+    max_alerts_per_payload: int = Field(
+        1000, ge=1, description="At most this many alerts in one notification body (split otherwise)."
+    )
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> DeliverySettings:
+        if self.backoff_initial_s > self.backoff_max_s:
+            raise ValueError(
+                f"backoff_initial_s ({self.backoff_initial_s}) must not exceed backoff_max_s "
+                f"({self.backoff_max_s})"
+            )
+        return self
+
+
 class AlertSettings(_Settings):
     webhook_urls: tuple[str, ...] = Field((), description="Receivers of Alertmanager-format webhook JSON.")
     alertmanager_url: str | None = Field(
@@ -93,6 +136,9 @@ class AlertSettings(_Settings):
     rules: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Per-rule overrides: alerts.rules.<RuleName>.<key>; names are fixed.",
+    )
+    delivery: DeliverySettings = Field(
+        default_factory=DeliverySettings, description="Delivery timeout, retries, grouping and size limits."
     )
 
     @field_validator("webhook_urls")
@@ -185,8 +231,8 @@ class Config(_Settings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
-        names = [t.name for t in self.targets]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        # Counted once (linear): a targets_file of thousands of servers loads in milliseconds.
+        duplicates = sorted(n for n, count in Counter(t.name for t in self.targets).items() if count > 1)
         if duplicates:
             raise ValueError(f"target names must be unique; repeated: {', '.join(duplicates)}")
         if self.source == "prometheus" and self.prometheus is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from collectors.secrets import Redactor
 from views import charts, data, ui
 from views.shell import PageContext, format_age
 
@@ -74,6 +75,7 @@ def _live(ctx: PageContext) -> None:
                 width="stretch",
                 key="alerts_resolved",
             )
+        _notifications(ctx.store_path, data.tick(now_ts, ctx.interval_s))
         st.subheader(f"History, last {ctx.range_label}", anchor=False)
         if board.transitions.empty:
             st.caption("No transitions in this range.")
@@ -105,4 +107,78 @@ def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
         placeholder=ui.DASH,
         width="stretch",
         key=f"alerts_{title.lower()}",
+    )
+
+
+NOTIFICATIONS_CONFIG = {
+    "receiver": st.column_config.TextColumn("receiver", pinned=True),
+    "queued": st.column_config.NumberColumn("queued", help="waiting for their next attempt"),
+    "delivered": st.column_config.NumberColumn("delivered"),
+    "failed": st.column_config.NumberColumn("failed", help="refused for good or out of attempts: not sent"),
+    "split": st.column_config.NumberColumn("split", help="refused as too large (413), sent in halves"),
+}
+FAILED_CONFIG = {
+    "queued at": st.column_config.DatetimeColumn("queued at", format="YYYY-MM-DD HH:mm:ss"),
+    "receiver": st.column_config.TextColumn("receiver"),
+    "attempts": st.column_config.NumberColumn("attempts"),
+    "error": st.column_config.TextColumn("why it failed", width="large"),
+}
+
+
+@st.cache_data(ttl=120, max_entries=16, show_spinner=False)
+def _outbox(path: str, tick: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    del tick  # part of the cache key only
+    counts, failed = data.reader(path).call_alerts(
+        lambda alerts: (alerts.outbox_counts(), alerts.deliveries(limit=50, status="failed"))
+    )
+    hide = Redactor()  # receiver URLs may carry user:password
+    per_receiver: dict[str, dict[str, object]] = {}
+    for (receiver, status), count in counts.items():
+        row = per_receiver.setdefault(receiver, {"receiver": hide(receiver)})
+        row[status] = count
+    summary = pd.DataFrame(list(per_receiver.values()), columns=list(NOTIFICATIONS_CONFIG)).fillna(0)
+    rows = pd.DataFrame(
+        [
+            {
+                "queued at": pd.Timestamp(d.created_ts, unit="s", tz="UTC"),
+                "receiver": hide(d.receiver),
+                "attempts": d.attempts,
+                "error": hide(d.last_error),
+            }
+            for d in failed
+        ],
+        columns=list(FAILED_CONFIG),
+    )
+    return summary, rows
+
+
+def _notifications(path: str, tick: int) -> None:
+    """Per receiver what was queued, delivered, failed; and why the failed ones failed (they are kept)."""
+    summary, failed = _outbox(path, tick)
+    st.subheader("Notifications", anchor=False)
+    if summary.empty:
+        st.caption("No notification has been queued yet.")
+        return
+    st.dataframe(
+        summary,
+        column_config=NOTIFICATIONS_CONFIG,
+        column_order=list(NOTIFICATIONS_CONFIG),
+        hide_index=True,
+        width="stretch",
+        key="alerts_outbox",
+    )
+    if failed.empty:
+        return
+    st.warning(
+        f"{len(failed)} notification(s) could not be delivered and were given up (newest first below).",
+        icon=":material/notifications_paused:",
+    )
+    st.dataframe(
+        failed,
+        column_config=FAILED_CONFIG,
+        column_order=list(FAILED_CONFIG),
+        hide_index=True,
+        placeholder=ui.DASH,
+        width="stretch",
+        key="alerts_failed_notifications",
     )

@@ -7,7 +7,7 @@ server restarted, and every rate of that cycle is None (unknown) rather than neg
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from collectors.direct.exposition import SIGNAL_SAMPLES
@@ -45,6 +45,16 @@ def detect_reset(values: Mapping[str, float], previous: CounterState | None) -> 
         for name in CUMULATIVE_SAMPLES
         if name in values and name in previous.values and values[name] < previous.values[name]
     )
+
+
+def is_restart(values: Mapping[str, float], previous: CounterState, fell: Sequence[str]) -> bool:
+    """A restart starts every counter again: none keeps counting. Some falling while another still rises
+    is a counter reset (a proxy alternating replicas, a worker's counter): no restart, and no reason to
+    read /server_info again."""
+    rose = any(
+        values[n] > previous.values[n] for n in CUMULATIVE_SAMPLES if n in values and n in previous.values
+    )
+    return bool(fell) and not rose
 
 
 def spec_enabled(recipe: Recipe | None) -> bool | None:

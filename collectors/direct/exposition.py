@@ -146,18 +146,44 @@ def _parse_value(token: str, line: str, line_no: int) -> float:
         raise BadExposition(f"line {line_no}: value {token!r} is not a number: {_quote(line)}") from None
 
 
+_SAMPLE_LINE = re.compile(r"^[^#\n]", re.MULTILINE)
+
+
+def count_samples(text: str, limit: int) -> int:
+    """Sample lines (neither blank nor a comment) in a body, counted before anything is split or parsed:
+    at most ``limit`` means within the limit (an upper bound); over it, the exact count."""
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    comments = text.count("\n#") + (1 if text.startswith("#") else 0)
+    rough = lines - comments  # blank lines included: an upper bound, at C speed
+    if rough <= limit:
+        return rough
+    return len(_SAMPLE_LINE.findall(text))  # one-character matches: cached strings, no per-match objects
+
+
 def parse_exposition(
-    body: str | bytes, *, content_type: str | None = None, wanted: Mapping[str, Kind] | None = None
+    body: str | bytes,
+    *,
+    content_type: str | None = None,
+    wanted: Mapping[str, Kind] | None = None,
+    max_samples: int | None = None,
 ) -> Exposition:
     """Read the samples in ``wanted`` (default: what the signals need) from a /metrics body.
 
     Raises ``BadExposition`` (a message in words, no target name: the caller adds it) for anything that is
     not Prometheus text or OpenMetrics: empty, HTML, JSON, binary, malformed lines, a truncated body, no
-    sglang metrics.
+    sglang metrics, more than ``max_samples`` samples (checked before the lines are split: a million series
+    under the byte cap would otherwise cost seconds and hundreds of MB each).
     """
     lookup = _SIGNAL_LOOKUP if wanted is None else _lookup(wanted)
     text = _decode(body)
     _reject_other_formats(text, content_type)
+    if max_samples is not None:
+        samples = count_samples(text, max_samples)
+        if samples > max_samples:
+            raise BadExposition(
+                f"{samples} samples, over scrape.max_samples ({max_samples}); the server exposes too many "
+                "series (per-request labels?), raise the cap only if that is expected"
+            )
     lines = text.split("\n")
     openmetrics = "openmetrics" in (content_type or "").lower()
     if lines[-1] and lines[-1].rstrip() != "# EOF":

@@ -136,6 +136,7 @@ class Fetcher:
     ) -> None:
         self._session = session
         self._settings = settings
+        self.max_samples = settings.max_samples
         self._monotonic = monotonic
         self._environ = environ
 
@@ -276,7 +277,9 @@ def scrape_metrics(
     """GET /metrics and read the samples the signals need; ``BadExposition`` names the target."""
     fetched = fetcher.get(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
     try:
-        exposition = parse_exposition(fetched.body, content_type=fetched.content_type)
+        exposition = parse_exposition(
+            fetched.body, content_type=fetched.content_type, max_samples=fetcher.max_samples
+        )
     except BadExposition as exc:
         raise BadExposition(f"{target.name}: {fetched.url} is not Prometheus text: {exc}") from None
     return exposition, fetched

@@ -8,6 +8,8 @@ else ``model_path``.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,11 +55,38 @@ def recipe_from_server_info(info: Mapping[str, Any]) -> Recipe:
     return Recipe.from_flags(flags)
 
 
+class _NonFinite(ValueError):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _no_constants(literal: str) -> float:
+    raise _NonFinite(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999: valid JSON, but inf once read
+        raise _NonFinite(literal)
+    return value
+
+
+def _non_finite_message(body: bytes, literal: str) -> str:
+    found = re.search(rb'"([^"\\]{1,80})"\s*:\s*' + re.escape(literal.encode()), body)
+    where = f" in {found.group(1).decode('utf-8', 'replace')}" if found else ""
+    return f"a number that is not finite ({literal}{where}); SGLang writes finite numbers only"
+
+
 def parse_server_info(body: bytes) -> dict[str, Any]:
-    """The JSON object of a /server_info body; ``BadServerInfo`` (words, no target) for anything else."""
+    """The JSON object of a /server_info body; ``BadServerInfo`` (words, no target) for anything else,
+    NaN, Infinity and overflowing numbers (1e999) included: Python's JSON reader accepts them, and a flag of
+    inf would break every later step that writes strict JSON."""
     head = body[:200].lstrip()
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_constant=_no_constants, parse_float=_finite_float)
+    except _NonFinite as exc:
+        raise BadServerInfo(_non_finite_message(body, exc.literal)) from None
     except UnicodeDecodeError:
         raise BadServerInfo("binary data, not JSON") from None
     except json.JSONDecodeError as exc:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import requests
 import urllib3
 
-from collectors.direct.derive import CounterState, derive_signals, detect_reset
+from collectors.direct.derive import CounterState, derive_signals, detect_reset, is_restart
 from collectors.direct.scrape import Fetcher, scrape_metrics
 from collectors.direct.server_info import fetch_recipe
 from collectors.errors import ScrapeError, ScrapeTimeout
@@ -147,24 +147,28 @@ class DirectSource:
         ts = self._clock()
 
         reset = detect_reset(exposition.values, state.counters)
+        counter_note: str | None = None
         if reset and state.counters is not None:
             name = reset[0]
-            self._record(
-                Event(
-                    ts,
-                    target.name,
-                    "restart",
-                    f"counters went down ({name} fell from {state.counters.values[name]:g} to "
-                    f"{exposition.values[name]:g}): the server restarted",
+            fell = f"{name} fell from {state.counters.values[name]:g} to {exposition.values[name]:g}"
+            if is_restart(exposition.values, state.counters, reset):
+                self._record(
+                    Event(ts, target.name, "restart", f"counters went down ({fell}): the server restarted")
                 )
-            )
-            state.recipe_due = 0.0
+                state.recipe_due = 0.0
+            else:  # shown on the target, not an event: it can happen every scrape
+                others = f" and {len(reset) - 1} more" if len(reset) > 1 else ""
+                counter_note = (
+                    f"counter reset without a restart ({fell}{others}); its rate is unknown this scrape"
+                )
         if self._monotonic() >= state.recipe_due:
             self._refresh_recipe(state, deadline)
 
         derivation = derive_signals(exposition.values, ts, state.counters, state.recipe)
         state.counters = derivation.state
         problems = list(exposition.notes[:_MAX_NOTES])
+        if counter_note is not None:
+            problems.insert(0, counter_note)
         if len(exposition.notes) > _MAX_NOTES:
             problems.append(f"and {len(exposition.notes) - _MAX_NOTES} more notes")
         if state.recipe_error is not None:

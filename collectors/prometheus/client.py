@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 import requests
 
-from collectors.direct.scrape import redact, safe_url
+from collectors.direct.scrape import safe_url
 from collectors.errors import QueryError
+from collectors.secrets import Redactor, url_secrets
 from collectors.transport import WATCHDOG, make_service_session
 from config.settings import PrometheusSettings
 
@@ -100,6 +101,10 @@ class PromClient:
         self._headers = {"Accept": "application/json", **(headers or {})}
         if bearer_token:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
+        # Auth proxies echo the Authorization header in a 401 body, and the URL may carry a password: every
+        # message built here goes through the one redaction (collectors.secrets), which also removes
+        # credentials by shape.
+        self._redact = Redactor([*self._secrets, *url_secrets(url)])
 
     @classmethod
     def from_settings(
@@ -124,7 +129,7 @@ class PromClient:
 
     def redact(self, text: str) -> str:
         """``text`` without the credentials this client sends (servers echo them in errors)."""
-        return redact(text, self._secrets)
+        return self._redact(text)
 
     def close(self) -> None:
         if self._own_session:
@@ -207,7 +212,8 @@ class PromClient:
             data, said = self._call_raw(endpoint, params, expr)
         except QueryError as exc:
             # Every message may quote the server (its error text, a body snippet): never its credentials.
-            raise QueryError(self.redact(str(exc))) from exc.__cause__
+            # from None: the cause (requests' own message) may quote the URL with its password
+            raise QueryError(self.redact(str(exc))) from None
         if said and warnings is not None:
             warnings.extend(self.redact(_quote(text)) for text in said[:_WARNINGS_KEPT])
             if len(said) > _WARNINGS_KEPT:

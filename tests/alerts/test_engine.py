@@ -121,7 +121,9 @@ def test_notifications_are_alertmanager_webhook_json(
     assert alert["fingerprint"] == resolved["alerts"][0]["fingerprint"]
     assert resolved["alerts"][0]["startsAt"] == alert["startsAt"]
     assert resolved["alerts"][0]["endsAt"] != "0001-01-01T00:00:00Z"
-    assert firing["groupLabels"] == {"alertname": "StatePoolSaturation"}
+    # Grouped as an Alertmanager route with the default group_by: rule and deployment.
+    assert firing["groupLabels"] == {"alertname": "StatePoolSaturation", "deployment": "east"}
+    assert firing["groupKey"] == '{}:{alertname="StatePoolSaturation", deployment="east"}'
     assert firing["commonLabels"]["target"] == "gpu-1"
 
 
