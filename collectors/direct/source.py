@@ -158,7 +158,9 @@ class DirectSource:
         if self._monotonic() >= state.recipe_due:
             self._refresh_recipe(state, deadline)
 
-        derivation = derive_signals(exposition.values, ts, state.counters, state.recipe)
+        # Rates divide by monotonic time: a wall-clock step (NTP) must not become a spike or a negative
+        # window.
+        derivation = derive_signals(exposition.values, self._monotonic(), state.counters, state.recipe)
         state.counters = derivation.state
         problems = list(exposition.notes[:_MAX_NOTES])
         if len(exposition.notes) > _MAX_NOTES:

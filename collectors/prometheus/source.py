@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from collectors.direct.derive import spec_enabled
+from collectors.direct.derive import apply_plain_decoding, spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
@@ -295,7 +295,7 @@ class PrometheusSource:
             errors.extend(answers.errors)
             if spec_known and spec_enabled(recipe) is False:
                 # Plain decoding emits one token per request per step (as direct.derive): step = TPOT.
-                values.update(accept_length=1.0, spec_accept_rate=None, step_latency_s=values.get("tpot_s"))
+                values = apply_plain_decoding(values)
             info_error = self._book.error(key)
             if recipe is None and info_error is not None:
                 # Labels are the documented fallback; only a recipe known from neither is worth a word.
