@@ -52,7 +52,9 @@ def test_gauges_and_fallbacks_read_like_the_golden_file(
     assert signals.tpot_s is None
     assert signals.step_latency_s is None
     assert signals.per_request_tok_s is None
-    assert signals.cache_hit_rate is None  # no prompt finished: unknown (the last-prefill gauge is not mixed in)
+    assert (
+        signals.cache_hit_rate is None
+    )  # no prompt finished: unknown (the last-prefill gauge is not mixed in)
     assert signals.retractions_per_s == 0
     assert golden.scrape_duration_s is not None
     assert 0 < golden.scrape_duration_s < 1
