@@ -21,6 +21,7 @@ from collectors.direct.derive import spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.prometheus.client import RangeSeries
+from collectors.prometheus.naming import by_instance, instance_of_name, target_names
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.recipes import recipe_from_labels
 from collectors.prometheus.source import PrometheusSource, TargetKey
@@ -207,10 +208,7 @@ class PrometheusHistory:
         return f'instance=~"{"|".join(_regex_escape(i) for i in instances)}"'
 
     def _instance_of(self, name: str) -> str:
-        for target in self.config.targets:
-            if target.name == name:
-                return target.url.split("://", 1)[-1].split("/", 1)[0]
-        return name.split("/", 1)[1] if "/" in name else name  # "job/instance" when jobs share an instance
+        return instance_of_name(name, self.config.targets)
 
     def _grid(
         self, start_ts: float, end_ts: float, max_points: int, targets: Sequence[str] | None
@@ -237,18 +235,8 @@ class PrometheusHistory:
     def _names_of(self, answers: dict[str, list[RangeSeries]]) -> Callable[[RangeSeries], str]:
         """Target name of a series: as the Prometheus source names it (configured name, else instance)."""
         keys = {TargetKey.of(s.labels) for series in answers.values() for s in series}
-        per_instance: dict[str, int] = {}
-        for key in keys:
-            per_instance[key.instance] = per_instance.get(key.instance, 0) + 1
-        configured = {t.url.split("://", 1)[-1].split("/", 1)[0]: t.name for t in self.config.targets}
-
-        def name(series: RangeSeries) -> str:
-            key = TargetKey.of(series.labels)
-            if key.instance in configured:
-                return configured[key.instance]
-            return f"{key.job}/{key.instance}" if per_instance.get(key.instance, 0) > 1 else key.instance
-
-        return name
+        names = target_names(keys, by_instance(self.config.targets))
+        return lambda series: names[TargetKey.of(series.labels)]
 
     def _frame(self, answers: dict[str, list[RangeSeries]], targets: Sequence[str] | None) -> pd.DataFrame:
         names = self._names_of(answers)

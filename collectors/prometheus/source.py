@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import requests
 
@@ -20,6 +19,7 @@ from collectors.direct.derive import apply_plain_decoding, spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
+from collectors.prometheus.naming import by_instance, target_names
 from collectors.prometheus.queries import signal_queries
 from collectors.prometheus.recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
 from config.settings import Config, Target
@@ -102,7 +102,7 @@ class PrometheusSource:
     # -- the Source protocol ------------------------------------------------------------------------------
     def update_targets(self, targets: Sequence[Target]) -> None:
         """Configured targets only name discovered instances (and give /server_info a URL and token)."""
-        self._by_netloc = {urlsplit(t.url).netloc: t for t in targets}
+        self._by_netloc = by_instance(targets)
 
     def collect(self, now: float) -> list[TargetSnapshot]:
         try:
@@ -224,21 +224,7 @@ class PrometheusSource:
 
     # -- naming ----------------------------------------------------------------------------------------------
     def _name(self, keys: set[TargetKey]) -> dict[TargetKey, str]:
-        """A configured target's name when its URL's host:port is the instance; else the instance itself
-        (``job/instance`` when one instance serves several jobs)."""
-        jobs_per_instance: dict[str, int] = {}
-        for key in keys:
-            jobs_per_instance[key.instance] = jobs_per_instance.get(key.instance, 0) + 1
-        names: dict[TargetKey, str] = {}
-        for key in keys:
-            configured = self._by_netloc.get(key.instance)
-            if configured is not None:
-                names[key] = configured.name
-            elif jobs_per_instance[key.instance] > 1:
-                names[key] = f"{key.job}/{key.instance}"
-            else:
-                names[key] = key.instance
-        return names
+        return target_names(keys, self._by_netloc)
 
     def _deployment(self, key: TargetKey, labels: Mapping[str, str] | None) -> str:
         # A deployment set in the config wins; otherwise the series' own label (target or extra-metric label).
