@@ -96,6 +96,12 @@ class PrometheusHistory:
         """Prometheus keeps its own retention; only old events and recipes of the SQLite side go."""
         return self._meta.prune(older_than_ts)
 
+    @property
+    def source(self) -> PrometheusSource:
+        """The Prometheus source this history reads through; a collector over this store reuses it, so a
+        process builds one source (one client, one recipe book) whatever reads Prometheus."""
+        return self._source
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._source.close()

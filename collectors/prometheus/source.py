@@ -89,6 +89,8 @@ class PrometheusSource:
         )
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="specwatch-promql")
         self._lock = threading.Lock()
+        # One cycle at a time: the collector's loop and the history's latest() may share this source.
+        self._cycle_lock = threading.Lock()
         self._known: set[TargetKey] = set()
         self._known_refreshed_at = float("-inf")
         self._was_up: dict[TargetKey, bool] = {}
@@ -105,6 +107,10 @@ class PrometheusSource:
         self._by_netloc = by_instance(targets)
 
     def collect(self, now: float) -> list[TargetSnapshot]:
+        with self._cycle_lock:
+            return self._collect(now)
+
+    def _collect(self, now: float) -> list[TargetSnapshot]:
         try:
             answers = self._query_all(now)
         except QueryError as exc:
