@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 FamilyKind = Literal["gauge", "counter", "histogram"]
+# Completion-counted rates span at least this long in the direct source (the Prometheus source's rate window
+# defaults to at least a minute too): a few finished requests, not zero or one.
+COMPLETION_WINDOW_S = 60.0
 Windowing = Literal[
     "gauge snapshot", "counter rate", "histogram window mean", "ratio of rates", "derived", "recipe"
 ]
@@ -39,6 +42,9 @@ class Family:
     kind: FamilyKind
     since: str  # first SGLang release exposing it (sglang-metrics.md §4)
     match: tuple[tuple[str, str], ...] = ()  # extra equality matchers, e.g. mode="decode"
+    # Added only when a request finishes (the tokenizer's completion counters): its rates are taken over at
+    # least COMPLETION_WINDOW_S, since with outputs of thousands of tokens a window of seconds sees none.
+    at_completion: bool = False
 
     @property
     def samples(self) -> tuple[str, ...]:
@@ -183,10 +189,10 @@ DECODE_SUM_SEQ_LENS = Family("decode_sum_seq_lens", "gauge", "0.5.7")
 ACCEPT_LENGTH = Family("spec_accept_length", "gauge", "0.4.2")
 ACCEPT_RATE = Family("spec_accept_rate", "gauge", "0.5.4")
 REALTIME_DECODE = Family("realtime_tokens_total", "counter", "0.5.7", (("mode", "decode"),))
-GENERATION = Family("generation_tokens_total", "counter", "0.3.6")
-PROMPT = Family("prompt_tokens_total", "counter", "0.3.6")
-CACHED = Family("cached_tokens_total", "counter", "0.4.4")
-VERIFY_CALLS = Family("spec_verify_calls_total", "counter", "0.5.13")
+GENERATION = Family("generation_tokens_total", "counter", "0.3.6", at_completion=True)
+PROMPT = Family("prompt_tokens_total", "counter", "0.3.6", at_completion=True)
+CACHED = Family("cached_tokens_total", "counter", "0.4.4", at_completion=True)
+VERIFY_CALLS = Family("spec_verify_calls_total", "counter", "0.5.13", at_completion=True)
 RETRACTED = Family("num_retracted_requests_total", "counter", "0.5.7")
 REQUESTS = Family("num_requests_total", "counter", "0.4.2")  # restarts: resets of the request counter
 ITL = Family("inter_token_latency_seconds", "histogram", "0.4.4")

@@ -17,6 +17,7 @@ from collectors.direct.exposition import SIGNAL_SAMPLES
 from collectors.model import SIGNAL_NAMES, Recipe, Signals
 from collectors.signals import (
     BY_NAME,
+    COMPLETION_WINDOW_S,
     SIGNALS,
     Expr,
     First,
@@ -41,10 +42,20 @@ CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(
 @dataclass(frozen=True, slots=True)
 class CounterState:
     """What the next derivation needs from this one: the cumulative samples and when (monotonic s) they were
-    read."""
+    read, and the earlier states completion-counted rates still need (newest first, back to the newest one at
+    least ``COMPLETION_WINDOW_S`` old)."""
 
     ts: float
     values: Mapping[str, float]
+    older: tuple[CounterState, ...] = ()
+
+    def baseline(self, ts: float) -> CounterState:
+        """The state completion-counted rates at ``ts`` measure from: the newest at least
+        ``COMPLETION_WINDOW_S`` before ``ts``, else the oldest kept."""
+        for state in (self, *self.older):
+            if ts - state.ts >= COMPLETION_WINDOW_S:
+                return state
+        return self.older[-1] if self.older else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +88,7 @@ def spec_enabled(recipe: Recipe | None) -> bool | None:
 class _Cycle:
     """One derivation's inputs and the signals computed so far (closures read it)."""
 
-    __slots__ = ("elapsed_s", "out", "previous", "values")
+    __slots__ = ("elapsed_s", "long_elapsed_s", "long_previous", "out", "previous", "values")
 
     def __init__(
         self,
@@ -85,11 +96,15 @@ class _Cycle:
         previous: Mapping[str, float] | None,
         elapsed_s: float,
         out: dict[str, float | None],
+        long_previous: Mapping[str, float] | None = None,
+        long_elapsed_s: float = 0.0,
     ) -> None:
         self.values = values
         self.previous = previous  # None: no window (first scrape, restart, no time elapsed)
         self.elapsed_s = elapsed_s
         self.out = out
+        self.long_previous = long_previous  # the completion-counted rates' baseline
+        self.long_elapsed_s = long_elapsed_s
 
 
 _Fn = Callable[[_Cycle], float | None]
@@ -103,6 +118,18 @@ def _compile(expr: Expr) -> _Fn:
     if isinstance(expr, Gauge):
         key = expr.family.samples[0]
         return lambda c: c.values.get(key)
+    if isinstance(expr, Rate) and expr.family.at_completion:
+        completed = f"sglang:{expr.family.name}{expr.part}"
+
+        def completion_rate(c: _Cycle) -> float | None:
+            if c.long_previous is None:
+                return None
+            now, before = c.values.get(completed), c.long_previous.get(completed)
+            if now is None or before is None:
+                return None
+            return _finite((now - before) / c.long_elapsed_s)
+
+        return completion_rate
     if isinstance(expr, Rate):
         sample = f"sglang:{expr.family.name}{expr.part}"
 
@@ -279,11 +306,32 @@ def derive_signals(
     target (None on the first scrape or after a target change).
     """
     reset = detect_reset(values, previous)
-    state = CounterState(ts=ts, values={name: values[name] for name in CUMULATIVE_SAMPLES if name in values})
     elapsed_s = ts - previous.ts if previous is not None else 0.0
     windowed = previous is not None and not reset and elapsed_s > 0
+    counters = {name: values[name] for name in CUMULATIVE_SAMPLES if name in values}
+    long_previous: Mapping[str, float] | None = None
+    long_elapsed_s = 0.0
+    older: tuple[CounterState, ...] = ()
+    if windowed and previous is not None:
+        baseline = previous.baseline(ts)
+        long_previous, long_elapsed_s = baseline.values, ts - baseline.ts
+        # Keep what the next completion-counted rate may need: back to the newest state a full window old.
+        kept: list[CounterState] = []
+        for earlier in (previous, *previous.older):
+            kept.append(CounterState(earlier.ts, earlier.values))
+            if ts - earlier.ts >= COMPLETION_WINDOW_S:
+                break
+        older = tuple(kept)
+    state = CounterState(ts=ts, values=counters, older=older)
     max_running = recipe.max_running if recipe is not None else None
     out: dict[str, float | None] = {"max_running": float(max_running) if max_running is not None else None}
-    cycle = _Cycle(values, previous.values if windowed and previous is not None else None, elapsed_s, out)
+    cycle = _Cycle(
+        values,
+        previous.values if windowed and previous is not None else None,
+        elapsed_s,
+        out,
+        long_previous,
+        long_elapsed_s,
+    )
     signals = Signals(**_evaluate(cycle, spec_enabled(recipe) is False))
     return Derivation(signals=signals, state=state, reset=reset)

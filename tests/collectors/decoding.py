@@ -49,7 +49,8 @@ class Decoding:
         each slot was already part-way through at start, so completions are spread out; a request adds all
         its verify steps (and tokens) when it finishes, as SGLang's tokenizer does."""
         done = done_steps = 0
-        offset = (slot * 97) % self.request_steps(slot, 0)
+        first = self.request_steps(slot, 0)
+        offset = first - 1 - (slot * 41) % first  # slot s finishes its first request after 1 + 41·s steps
         elapsed = steps + offset
         while elapsed >= (length := self.request_steps(slot, done)):
             elapsed -= length

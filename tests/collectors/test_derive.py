@@ -200,3 +200,23 @@ def test_signals_are_finite_or_unknown_and_rates_never_negative(
     if derivation.reset:
         assert derivation.signals.tpot_s is None
         assert derivation.signals.retractions_per_s is None
+
+
+def test_completion_counted_ratios_span_a_minute_of_scrapes() -> None:
+    # Prompt/cached/generated tokens and verify calls move only when a request finishes: one request finished
+    # in the first 5 s, none after. Its ratios stay known for a minute instead of flickering to unknown.
+    load = Load()
+    state = derive_signals(values_of(load), 0.0, None, DSPARK).state
+    load = load.advanced(
+        generation_tokens=1500, verify_calls=500, prompt_tokens=800, cached_tokens=200, realtime_decode=3000
+    )
+    seen: list[tuple[float | None, float | None]] = []
+    for cycle in range(1, 16):
+        derivation = derive_signals(values_of(load), 5.0 * cycle, state, DSPARK)
+        state = derivation.state
+        seen.append((derivation.signals.tokens_per_verify, derivation.signals.cache_hit_rate))
+        load = load.advanced(realtime_decode=3000)
+    assert seen[0] == pytest.approx((3.0, 0.25))
+    assert all(pair == pytest.approx((3.0, 0.25)) for pair in seen[:12])  # within a minute of the finish
+    assert seen[-1] == (None, None)  # a minute later no request finished in the window: unknown
+    assert len(state.older) <= 13  # kept back to one full window, not forever
