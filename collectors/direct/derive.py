@@ -253,6 +253,7 @@ def _evaluation_order() -> tuple[str, ...]:
 
 
 _ORDER = _evaluation_order()
+EVALUATION_ORDER: tuple[str, ...] = _ORDER  # every signal after the signals it refers to
 _COMPILED: dict[str, _Fn] = {
     name: _compile(expr) for name in _ORDER if (expr := BY_NAME[name].expr) is not None
 }

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from collectors.direct.derive import spec_enabled
+from collectors.direct.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.prometheus.client import RangeSeries
@@ -25,6 +25,7 @@ from collectors.prometheus.naming import by_instance, instance_of_name, target_n
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.recipes import recipe_from_labels
 from collectors.prometheus.source import PrometheusSource, TargetKey
+from collectors.signals import BY_NAME, Expr, Inverse, Product, Ref
 from collectors.store.history import HistoryStore, SqliteStore
 from config.settings import Config
 
@@ -310,10 +311,7 @@ class PrometheusHistory:
             for recipe_id, known in spec_known.items()
             if known and recipe_id in recipes and spec_enabled(recipes[recipe_id]) is False
         ]
-        plain = result["recipe_id"].isin(plain_ids) & up
-        result.loc[plain, "accept_length"] = 1.0
-        result.loc[plain, "spec_accept_rate"] = np.nan
-        result.loc[plain, "step_latency_s"] = result.loc[plain, "tpot_s"]
+        _plain_decoding(result, result["recipe_id"].isin(plain_ids) & up)
         result["up"] = up
         result["error"] = [None if is_up else _DOWN_ERROR for is_up in up]
         return result[list(COLUMNS)]
@@ -323,6 +321,34 @@ class PrometheusHistory:
             if target.name == name and target.deployment:
                 return target.deployment
         return label
+
+
+def _plain_decoding(frame: pd.DataFrame, rows: pd.Series) -> None:
+    """The catalogue's plain-decoding rules (as ``derive.apply_plain_decoding``) on ``rows``, by column."""
+    if not rows.any():
+        return
+    for name in EVALUATION_ORDER:
+        rule = BY_NAME[name].plain
+        if rule == "one":
+            frame.loc[rows, name] = 1.0
+        elif rule == "unknown":
+            frame.loc[rows, name] = np.nan
+        elif rule == "recomputed":
+            expr = BY_NAME[name].expr
+            assert expr is not None
+            frame.loc[rows, name] = _column(expr, frame.loc[rows])
+
+
+def _column(expr: Expr, rows: pd.DataFrame) -> pd.Series:
+    """A derived signal recomputed from the other signals' columns (the nodes plain rules recompute with)."""
+    if isinstance(expr, Ref):
+        return rows[expr.signal].astype("float64")
+    if isinstance(expr, Product):
+        return _column(expr.left, rows) * _column(expr.right, rows)
+    if isinstance(expr, Inverse):
+        value = _column(expr.value, rows)
+        return (1.0 / value).where(value > 0)
+    raise ValueError(f"a plain-decoding rule cannot recompute {type(expr).__name__} from columns")
 
 
 def _empty_frame() -> pd.DataFrame:
