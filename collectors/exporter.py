@@ -14,18 +14,10 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from collectors.model import SIGNAL_NAMES, SourceHealth, TargetSnapshot
+from collectors.model import SourceHealth, TargetSnapshot
 from collectors.runner import CollectorHealth
+from collectors.signals import SIGNALS
 from config import ConfigError
-
-_SIGNAL_HELP = {
-    "accept_length": "Accepted tokens per verify step (spec_accept_length; 1 without speculative decoding).",
-    "step_latency_s": "Wall time of one verify step: accept_length × tpot_s, seconds.",
-    "tpot_s": "Mean inter-token latency over the scrape window, seconds.",
-    "output_tok_s": "Generated tokens per second.",
-    "kv_usage": "KV-cache (full-attention pool) usage, 0-1.",
-    "state_pool_usage": "SSM state pool (mamba) usage, 0-1.",
-}
 
 
 class _Readable(Protocol):
@@ -43,14 +35,15 @@ class SignalsCollector:
         snapshots = self._collector.latest()
         health = self._collector.health()
         labels = ["target", "deployment", "recipe_id"]
-        for name in SIGNAL_NAMES:
+        for signal in SIGNALS:
+            # The catalogue's help and unit, so this /metrics, the recording rules and the docs say one thing.
             family = GaugeMetricFamily(
-                f"specwatch_{name}",
-                _SIGNAL_HELP.get(name, f"Derived signal {name} (see specwatch docs)."),
+                f"specwatch_{signal.name}",
+                f"{signal.help} Unit: {signal.unit}. Absent when unknown: {signal.unknown}.",
                 labels=labels,
             )
             for snap in snapshots:
-                value = getattr(snap.signals, name)
+                value = getattr(snap.signals, signal.name)
                 if value is not None:
                     family.add_metric([snap.target, snap.deployment, snap.recipe_id or ""], value)
             yield family

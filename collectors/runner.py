@@ -114,6 +114,15 @@ class Collector:
 
         self._own_session = session is None
         self._session = session if session is not None else make_session(len(self._targets))
+        self._own_source = True
+        if source is None and config.source == "prometheus":
+            from collectors.prometheus.history import PrometheusHistory
+
+            if isinstance(store, PrometheusHistory):
+                # One Prometheus source per process: the history store's (it closes it).
+                source = store.source
+                source.update_targets(self._targets)
+                self._own_source = False
         try:
             self._source = (
                 source
@@ -246,7 +255,8 @@ class Collector:
     def close(self) -> None:
         """Flush, stop the scrape threads and (if this collector made it) close the HTTP session."""
         self.flush()
-        self._source.close()
+        if self._own_source:
+            self._source.close()
         if self._own_session:
             self._session.close()
 

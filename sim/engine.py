@@ -40,6 +40,9 @@ HISTOGRAM_BOUNDS: dict[str, tuple[float, ...]] = {
 }
 
 
+STREAM_SLICES = 8  # per-batch counters advance through the pending window in this many steps
+
+
 class ServerEngine:
     """The scheduler and tokenizer of one server. ``advance_to(t)`` publishes every window ending by ``t``."""
 
@@ -96,6 +99,31 @@ class ServerEngine:
         if self._pending is None:
             self._pending = self._simulate_window()
         return self._pending.end_s
+
+    def streamed_share(self, t: float) -> float:
+        """How much of the window being decoded has streamed out by ``t``, in eighths.
+
+        SGLang adds decode tokens to ``realtime_tokens_total`` per batch and observes inter-token latency per
+        streamed chunk, while its gauges change once per decode-log window; the simulator decides a window at
+        once, so these two move through the pending window in steps (eighths keep bodies cacheable).
+        """
+        pending, start = self._pending, self.published.at_s
+        if pending is None or pending.end_s <= start:
+            return 0.0
+        share = min(max((t - start) / (pending.end_s - start), 0.0), 1.0)
+        return math.floor(share * STREAM_SLICES) / STREAM_SLICES
+
+    def streaming(self, share: float, key: str) -> float:
+        """The pending window's count ``key`` times ``share`` (what has streamed out of it so far)."""
+        pending = self._pending
+        return share * pending.counts.get(key, 0.0) if pending is not None and share > 0 else 0.0
+
+    def streaming_observations(self, share: float, key: str) -> list[tuple[float, float, float]]:
+        """The pending window's observations of ``key`` scaled by ``share``: (value, weight, sum)."""
+        pending = self._pending
+        if pending is None or share <= 0:
+            return []
+        return [(v, w * share, total * share) for k, v, w, total in pending.observations if k == key]
 
     def set_load(self, load: Load) -> None:
         self.load = load  # applies from the next simulated window

@@ -298,15 +298,21 @@ class SimServer:
         responses = {(*chat, "200"): completed, **{k: float(v) for k, v in self._http_responses.items()}}
         active: dict[tuple[str, ...], float] = {chat: float(in_flight), ("/metrics", "GET"): 1.0}
         return metric_values(
-            engine, self.args, http_requests=requests, http_responses=responses, in_flight_http=active
+            engine,
+            self.args,
+            http_requests=requests,
+            http_responses=responses,
+            in_flight_http=active,
+            streamed_share=engine.streamed_share(self._clock()),
         )
 
     def _metrics(self, headers: dict[str, str]) -> Reply:
         _, content_type = choose_encoder(headers.get("accept", ""))
         compress = "gzip" in headers.get("accept-encoding", "")
-        # Gauges change once per decode-log window: a body is rendered once per window, encoding and
-        # compression.
-        key = (self.restarts, self.engine.published.at_s, content_type, compress)
+        # Gauges change once per decode-log window, per-batch counters in eighths of it: a body is rendered
+        # once per eighth of a window, encoding and compression.
+        share = self.engine.streamed_share(self._clock())
+        key = (self.restarts, self.engine.published.at_s, share, content_type, compress)
         cached = self._cache.get(key)
         if cached is None:
             self._cache = {k: v for k, v in self._cache.items() if k[:2] == key[:2]}

@@ -37,6 +37,18 @@ STRUCTURED_OUTPUT_SHARE = 0.02  # of finished requests: structured outputs (JSON
 ABORTED_SHARE = 0.003  # clients that hung up early
 
 
+def _streamed_histogram(engine: ServerEngine, key: str, share: float) -> HistogramValue:
+    """The lifetime histogram plus the chunks of the pending window already streamed (per chunk in SGLang)."""
+    published = engine.published.histograms[key]
+    extra = engine.streaming_observations(share, key)
+    if not extra:
+        return _histogram(published)
+    copy = Histogram(published.bounds, list(published.counts), published.sum, published.count)
+    for value, weight, total in extra:
+        copy.observe(value, weight, total)
+    return _histogram(copy)
+
+
 def _histogram(histogram: Histogram) -> HistogramValue:
     # Bucket counts are whole observations (OpenMetrics requires integers); tokens arrive fractionally per
     # window.
@@ -58,8 +70,10 @@ def metric_values(
     http_requests: HttpCounts,
     http_responses: HttpCounts,
     in_flight_http: HttpCounts,
+    streamed_share: float = 0.0,
 ) -> MetricValues:
-    """Every family's value for one render of /metrics."""
+    """Every family's value for one render of /metrics; ``streamed_share`` is how much of the window being
+    decoded has streamed out (``ServerEngine.streamed_share``), for the per-batch and per-chunk families."""
     p, g, layout = engine.published, engine.published.gauges, engine.layout
 
     def count(key: str) -> float:
@@ -98,7 +112,7 @@ def metric_values(
         "num_requests": _by_stream(engine, "num_requests"),
         "num_aborted_requests": float(math.floor(completed * ABORTED_SHARE)),
         "time_to_first_token_seconds": _histograms_by_stream(engine, "ttft"),
-        "inter_token_latency_seconds": _histogram(p.histograms["itl"]),
+        "inter_token_latency_seconds": _streamed_histogram(engine, "itl", streamed_share),
         "request_time_per_output_token_seconds": _histograms_by_stream(engine, "tpot"),
         "e2e_request_latency_seconds": _histograms_by_stream(engine, "e2e"),
         "queue_time_seconds": _histogram(p.histograms["queue"]),
@@ -109,7 +123,9 @@ def metric_values(
         "realtime_tokens": {
             ("prefill_compute",): count("prefill_compute_tokens"),
             ("prefill_cache",): count("prefill_cache_tokens"),
-            ("decode",): count("decode_tokens"),
+            ("decode",): float(
+                math.floor(p.count("decode_tokens") + engine.streaming(streamed_share, "decode_tokens"))
+            ),
         },
         "prefill_effective_tokens": {
             ("input",): count("prefill_compute_tokens"),

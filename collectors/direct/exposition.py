@@ -1,9 +1,10 @@
 """Fast reader of SGLang's /metrics (Prometheus text 0.0.4 and OpenMetrics), for the samples the signals need.
 
 Cheap string checks pick the few kept lines out of the body; only those get a real parse (labels, escapes,
-value). SGLang's traps are handled here, once: both ``sglang:`` and ``sglang_`` spellings, ``tp_rank="0"``
-only, ``priority=""``, ``pid`` ignored, counters summed over their remaining labels (``is_streaming``,
-``cache_source``), histograms read as ``_sum``/``_count`` only.
+value). SGLang's traps are handled here, once, as the signal catalogue (``collectors.signals``) declares them:
+both ``sglang:`` and ``sglang_`` spellings, ``tp_rank="0"`` only, ``priority=""`` for gauges, ``pid`` ignored,
+counters summed over their remaining labels (``priority``, ``is_streaming``, ``cache_source``) after the
+catalogue's matchers (``mode="decode"``), histograms read as ``_sum``/``_count`` only.
 """
 
 from __future__ import annotations
@@ -15,37 +16,22 @@ from dataclasses import dataclass
 from typing import Literal
 
 from collectors.errors import BadExposition
+from collectors.signals import all_families
 
 Kind = Literal["gauge", "cumulative"]
 Dialect = Literal["text", "openmetrics"]
 
-# The samples derive.py reads, by canonical (colon) name. "gauge": one live series (tp_rank 0); "cumulative":
-# a counter or a histogram's _sum/_count, summed over the labels left once ranks are filtered out.
+# The samples derive.py reads, by canonical (colon) name, from the signal catalogue. "gauge": one live series
+# (tp_rank 0, priority ""); "cumulative": a counter or a histogram's _sum/_count, summed over the labels left
+# once ranks are filtered out (priority, is_streaming, cache_source).
 SIGNAL_SAMPLES: Mapping[str, Kind] = {
-    "sglang:num_running_reqs": "gauge",
-    "sglang:num_queue_reqs": "gauge",
-    "sglang:gen_throughput": "gauge",
-    "sglang:token_usage": "gauge",
-    "sglang:full_token_usage": "gauge",
-    "sglang:mamba_usage": "gauge",
-    "sglang:kv_used_tokens": "gauge",
-    "sglang:num_used_tokens": "gauge",
-    "sglang:max_total_num_tokens": "gauge",
-    "sglang:decode_sum_seq_lens": "gauge",
-    "sglang:cache_hit_rate": "gauge",
-    "sglang:spec_accept_length": "gauge",
-    "sglang:spec_accept_rate": "gauge",
-    "sglang:generation_tokens_total": "cumulative",
-    "sglang:prompt_tokens_total": "cumulative",
-    "sglang:cached_tokens_total": "cumulative",
-    "sglang:spec_verify_calls_total": "cumulative",
-    "sglang:num_retracted_requests_total": "cumulative",
-    "sglang:inter_token_latency_seconds_sum": "cumulative",
-    "sglang:inter_token_latency_seconds_count": "cumulative",
-    "sglang:time_to_first_token_seconds_sum": "cumulative",
-    "sglang:time_to_first_token_seconds_count": "cumulative",
-    "sglang:queue_time_seconds_sum": "cumulative",
-    "sglang:queue_time_seconds_count": "cumulative",
+    sample: "gauge" if family.kind == "gauge" else "cumulative"
+    for family in all_families()
+    for sample in family.samples
+}
+# Extra label matchers a kept sample must carry (realtime_tokens_total{mode="decode"}).
+SAMPLE_MATCH: Mapping[str, tuple[tuple[str, str], ...]] = {
+    sample: family.match for family in all_families() for sample in family.samples if family.match
 }
 
 _PREFIXES = ("sglang:", "sglang_")
@@ -75,16 +61,20 @@ class Exposition:
         return self.values.get(name)
 
 
-def _lookup(wanted: Mapping[str, Kind]) -> dict[str, tuple[str, Kind]]:
-    """Both spellings of every wanted sample name → (canonical name, kind)."""
-    table: dict[str, tuple[str, Kind]] = {}
+_Entry = tuple[str, Kind, tuple[tuple[str, str], ...]]
+
+
+def _lookup(wanted: Mapping[str, Kind]) -> dict[str, _Entry]:
+    """Both spellings of every wanted sample name → (canonical name, kind, extra matchers)."""
+    table: dict[str, _Entry] = {}
     for name, kind in wanted.items():
         if not name.startswith(_PREFIXES):
             raise ValueError(f"wanted sample {name!r} does not start with 'sglang:'")
         suffix = name[len("sglang:") :]
         canonical = "sglang:" + suffix
-        table["sglang:" + suffix] = (canonical, kind)
-        table["sglang_" + suffix] = (canonical, kind)
+        entry = (canonical, kind, SAMPLE_MATCH.get(canonical, ()))
+        table["sglang:" + suffix] = entry
+        table["sglang_" + suffix] = entry
     return table
 
 
@@ -212,7 +202,7 @@ def parse_exposition(
     eof_line: int | None = None
     # Names repeat line after line (histogram buckets), so each distinct name is validated and looked up once:
     # a (canonical, kind) entry for kept samples, True for other sglang samples, False for foreign ones.
-    names: dict[str, tuple[str, Kind] | bool] = {}
+    names: dict[str, _Entry | bool] = {}
 
     for index, line in enumerate(lines):
         if not line:
@@ -250,11 +240,14 @@ def parse_exposition(
             raise BadExposition(f"line {index + 1}: no value: {_quote(line)}")
         value = _parse_value(tokens[0], line, index + 1)
 
-        # Live values come from tp_rank 0 only (other ranks carry constants and zeros: never sum ranks), and
-        # from the unlabelled priority under priority scheduling.
-        if labels.get("tp_rank", "0") != "0" or labels.get("priority", ""):
+        # Live values come from tp_rank 0 only (other ranks carry constants and zeros: never sum ranks). Under
+        # priority scheduling a scheduler gauge's total is the priority="" series (the others break it down),
+        # while the tokenizer's counters and histograms exist only per priority: those are summed.
+        canonical, kind, match = entry
+        if labels.get("tp_rank", "0") != "0" or (kind == "gauge" and labels.get("priority", "")):
             continue
-        canonical, kind = entry
+        if match and any(labels.get(label) != value for label, value in match):
+            continue
         raw_labels = line[end:pos]
         labels.pop("pid", None)  # multiprocess "all" gauges add one; it never identifies a different series
         key = (canonical, tuple(sorted(labels.items())))

@@ -57,8 +57,12 @@ class DirectSource:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         environ: dict[str, str] | None = None,
+        rate_clock: Callable[[], float] | None = None,
     ) -> None:
+        """``clock`` stamps snapshots (wall time); ``monotonic`` times deadlines; ``rate_clock`` (default
+        ``monotonic``) times the windows rates divide by, so a wall-clock step never bends a rate."""
         self._settings = settings
+        self._rate_clock = rate_clock if rate_clock is not None else monotonic
         if not settings.verify_tls and not settings.ca_bundle:
             log.warning(
                 "scrape.verify_tls is false: HTTPS targets' certificates are not checked, so anyone on the "
@@ -164,7 +168,9 @@ class DirectSource:
         if self._monotonic() >= state.recipe_due:
             self._refresh_recipe(state, deadline)
 
-        derivation = derive_signals(exposition.values, ts, state.counters, state.recipe)
+        # Rates divide by monotonic time: a wall-clock step (NTP) must not become a spike or a negative
+        # window.
+        derivation = derive_signals(exposition.values, self._rate_clock(), state.counters, state.recipe)
         state.counters = derivation.state
         problems = list(exposition.notes[:_MAX_NOTES])
         if counter_note is not None:

@@ -18,13 +18,15 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from collectors.direct.derive import spec_enabled
+from collectors.direct.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.prometheus.client import RangeSeries
+from collectors.prometheus.naming import by_instance, instance_of_name, target_names
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.recipes import recipe_from_labels
 from collectors.prometheus.source import PrometheusSource, TargetKey
+from collectors.signals import BY_NAME, Expr, Inverse, Product, Ref
 from collectors.store.history import HistoryStore, SqliteStore
 from config.settings import Config
 
@@ -97,6 +99,12 @@ class PrometheusHistory:
     def prune(self, older_than_ts: float) -> int:
         """Prometheus keeps its own retention; only old events and recipes of the SQLite side go."""
         return self._meta.prune(older_than_ts)
+
+    @property
+    def source(self) -> PrometheusSource:
+        """The Prometheus source this history reads through; a collector over this store reuses it, so a
+        process builds one source (one client, one recipe book) whatever reads Prometheus."""
+        return self._source
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -209,10 +217,7 @@ class PrometheusHistory:
         return f'instance=~"{"|".join(_regex_escape(i) for i in instances)}"'
 
     def _instance_of(self, name: str) -> str:
-        for target in self.config.targets:
-            if target.name == name:
-                return target.url.split("://", 1)[-1].split("/", 1)[0]
-        return name.split("/", 1)[1] if "/" in name else name  # "job/instance" when jobs share an instance
+        return instance_of_name(name, self.config.targets)
 
     def _grid(
         self, start_ts: float, end_ts: float, max_points: int, targets: Sequence[str] | None
@@ -247,18 +252,8 @@ class PrometheusHistory:
     def _names_of(self, answers: dict[str, list[RangeSeries]]) -> Callable[[RangeSeries], str]:
         """Target name of a series: as the Prometheus source names it (configured name, else instance)."""
         keys = {TargetKey.of(s.labels) for series in answers.values() for s in series}
-        per_instance: dict[str, int] = {}
-        for key in keys:
-            per_instance[key.instance] = per_instance.get(key.instance, 0) + 1
-        configured = {t.url.split("://", 1)[-1].split("/", 1)[0]: t.name for t in self.config.targets}
-
-        def name(series: RangeSeries) -> str:
-            key = TargetKey.of(series.labels)
-            if key.instance in configured:
-                return configured[key.instance]
-            return f"{key.job}/{key.instance}" if per_instance.get(key.instance, 0) > 1 else key.instance
-
-        return name
+        names = target_names(keys, by_instance(self.config.targets))
+        return lambda series: names[TargetKey.of(series.labels)]
 
     def _frame(self, answers: dict[str, list[RangeSeries]], targets: Sequence[str] | None) -> pd.DataFrame:
         names = self._names_of(answers)
@@ -326,10 +321,7 @@ class PrometheusHistory:
             for recipe_id, known in spec_known.items()
             if known and recipe_id in recipes and spec_enabled(recipes[recipe_id]) is False
         ]
-        plain = result["recipe_id"].isin(plain_ids) & up
-        result.loc[plain, "accept_length"] = 1.0
-        result.loc[plain, "spec_accept_rate"] = np.nan
-        result.loc[plain, "step_latency_s"] = result.loc[plain, "tpot_s"]
+        _plain_decoding(result, result["recipe_id"].isin(plain_ids) & up)
         result["up"] = up
         result["error"] = [None if is_up else _DOWN_ERROR for is_up in up]
         return result[list(COLUMNS)]
@@ -339,6 +331,34 @@ class PrometheusHistory:
             if target.name == name and target.deployment:
                 return target.deployment
         return label
+
+
+def _plain_decoding(frame: pd.DataFrame, rows: pd.Series) -> None:
+    """The catalogue's plain-decoding rules (as ``derive.apply_plain_decoding``) on ``rows``, by column."""
+    if not rows.any():
+        return
+    for name in EVALUATION_ORDER:
+        rule = BY_NAME[name].plain
+        if rule == "one":
+            frame.loc[rows, name] = 1.0
+        elif rule == "unknown":
+            frame.loc[rows, name] = np.nan
+        elif rule == "recomputed":
+            expr = BY_NAME[name].expr
+            assert expr is not None
+            frame.loc[rows, name] = _column(expr, frame.loc[rows])
+
+
+def _column(expr: Expr, rows: pd.DataFrame) -> pd.Series:
+    """A derived signal recomputed from the other signals' columns (the nodes plain rules recompute with)."""
+    if isinstance(expr, Ref):
+        return rows[expr.signal].astype("float64")
+    if isinstance(expr, Product):
+        return _column(expr.left, rows) * _column(expr.right, rows)
+    if isinstance(expr, Inverse):
+        value = _column(expr.value, rows)
+        return (1.0 / value).where(value > 0)
+    raise ValueError(f"a plain-decoding rule cannot recompute {type(expr).__name__} from columns")
 
 
 def _empty_frame() -> pd.DataFrame:

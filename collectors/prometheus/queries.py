@@ -1,7 +1,9 @@
-"""The PromQL text of every signal, written once and shared by the Prometheus source, its history reader and
-the exported recording rules, so Grafana, alerts and specwatch all read the same numbers.
+"""The PromQL rendering of the signal catalogue (``collectors.signals``), shared by the Prometheus source, its
+history reader and the exported recording rules, so Grafana, alerts and specwatch all read the same numbers.
 
-Every expression returns one series per target, labelled exactly ``instance`` and ``job``.
+Every expression returns one series per target, labelled exactly ``instance`` and ``job``. Where PromQL cannot
+say exactly what the direct derivation does, the catalogue's ``PROMQL_APPROXIMATION`` says how (one text,
+quoted by the recording rules' header and the docs).
 """
 
 from __future__ import annotations
@@ -9,8 +11,40 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from collectors.signals import (
+    BY_NAME,
+    PROMQL_APPROXIMATION,
+    Expr,
+    First,
+    Gauge,
+    Inverse,
+    Positive,
+    Product,
+    Rate,
+    Ratio,
+    Recording,
+    Total,
+    Unless,
+    When,
+    Zero,
+    format_duration,
+    recordings,
+)
 from config.errors import ConfigError
 from config.settings import Config
+
+__all__ = [
+    "PROMQL_APPROXIMATION",
+    "TARGET_LABELS",
+    "Recording",
+    "SignalQueries",
+    "default_rate_window_s",
+    "format_duration",
+    "parse_selector",
+    "rate_window_s",
+    "recordings",
+    "signal_queries",
+]
 
 TARGET_LABELS: tuple[str, ...] = ("instance", "job")
 _BY = "by (instance, job)"
@@ -36,86 +70,9 @@ def parse_selector(text: str, source: str = "<config>") -> str:
     return inner.strip().rstrip(",").strip()
 
 
-def format_duration(seconds: float) -> str:
-    """A PromQL duration: whole minutes as ``Nm``, whole seconds as ``Ns``, otherwise milliseconds."""
-    millis = max(round(seconds * 1000), 1)
-    if millis % 60_000 == 0:
-        return f"{millis // 60_000}m"
-    if millis % 1000 == 0:
-        return f"{millis // 1000}s"
-    return f"{millis}ms"
-
-
 def default_rate_window_s(scrape_interval_s: float) -> float:
     """rate() needs several samples in its window: four scrape intervals, and never less than a minute."""
     return max(4.0 * scrape_interval_s, 60.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Recording:
-    """One recorded series: its name (``level:metric:operations``), the signal it carries, and the help."""
-
-    record: str
-    signal: str
-    help: str
-
-
-def recordings(rate_window_s: float) -> tuple[Recording, ...]:
-    """The recorded series, in evaluation order; rate-window names carry the window (e.g. ``mean1m``)."""
-    w = format_duration(rate_window_s)
-    return (
-        Recording("instance_job:sglang_spec_accept_length:max", "accept_length", "tokens per verify step"),
-        Recording(
-            f"instance_job:sglang_tokens_per_verify:ratio_rate{w}",
-            "tokens_per_verify",
-            "generated tokens per verify call, completion-weighted",
-        ),
-        Recording(
-            "instance_job:sglang_spec_accept_rate:max", "spec_accept_rate", "accepted / proposed drafts"
-        ),
-        Recording(f"instance_job:sglang_tpot_seconds:mean{w}", "tpot_s", "mean inter-token latency"),
-        Recording(
-            f"instance_job:sglang_step_latency_seconds:mean{w}",
-            "step_latency_s",
-            "wall time of one verify step = accept length × TPOT",
-        ),
-        Recording(
-            f"instance_job:sglang_output_tokens_per_second:rate{w}",
-            "output_tok_s",
-            "generated tokens per second",
-        ),
-        Recording(
-            f"instance_job:sglang_per_request_tokens_per_second:mean{w}",
-            "per_request_tok_s",
-            "tokens per second one request sees = 1 / TPOT",
-        ),
-        Recording("instance_job:sglang_num_running_reqs:sum", "running", "running requests"),
-        Recording("instance_job:sglang_num_queue_reqs:sum", "queued", "waiting requests"),
-        Recording(
-            "instance_job:sglang_state_pool_usage:ratio",
-            "state_pool_usage",
-            "recurrent-state (Mamba) pool in use",
-        ),
-        Recording("instance_job:sglang_kv_usage:ratio", "kv_usage", "full-attention KV pool in use"),
-        Recording("instance_job:sglang_token_usage:max", "token_usage", "SGLang's max over pools (not KV)"),
-        Recording(
-            "instance_job:sglang_avg_context_tokens:ratio",
-            "avg_context_tokens",
-            "mean context per running request",
-        ),
-        Recording(
-            f"instance_job:sglang_cache_hit_rate:ratio_rate{w}",
-            "cache_hit_rate",
-            "prompt tokens served from cache",
-        ),
-        Recording(
-            f"instance_job:sglang_retractions:rate{w}", "retractions_per_s", "retracted requests per second"
-        ),
-        Recording(f"instance_job:sglang_ttft_seconds:mean{w}", "ttft_s", "mean time to first token"),
-        Recording(
-            f"instance_job:sglang_queue_time_seconds:mean{w}", "queue_time_s", "mean time in the queue"
-        ),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +94,16 @@ class SignalQueries:
     def matchers(self) -> str:
         # tp_rank "0" or absent: the stats-logging scheduler rank, and tokenizer series (which have none).
         # priority "" or absent: the all-priorities total when priority scheduling splits the gauges.
+        # (Counters and histograms use ``cumulative_matchers``: summed over every priority.)
         parts = ['tp_rank=~"0|"', 'priority=""']
+        parts += [m for m in (self.selector, self.narrow) if m]
+        return ", ".join(parts)
+
+    @property
+    def cumulative_matchers(self) -> str:
+        # Tokenizer counters and histograms exist only per request priority under priority scheduling (no
+        # total series), so they are summed over ``priority`` like over ``is_streaming``.
+        parts = ['tp_rank=~"0|"']
         parts += [m for m in (self.selector, self.narrow) if m]
         return ", ".join(parts)
 
@@ -145,13 +111,14 @@ class SignalQueries:
         """Both spellings of ``sglang:<name>``: colon as exposed, underscore as stored from OpenMetrics."""
         return f'{{__name__=~"sglang[:_]{name}", {self.matchers}}}'
 
-    def _over_time(self, function: str, name: str, window: str) -> str:
+    def _over_time(self, function: str, name: str, window: str, extra: str = "") -> str:
         # Functions over range vectors drop the metric name, so a regex over both spellings could yield two
         # series with one label set ("vector cannot contain metrics with the same labelset") while a target
         # changes spelling; `or` keeps the colon series and adds the underscore one only where it is missing.
+        matchers = f"{extra}, {self.matchers}" if extra else self.matchers
         return (
-            f"{function}(sglang:{name}{{{self.matchers}}}[{window}]) "
-            f"or {function}(sglang_{name}{{{self.matchers}}}[{window}])"
+            f"{function}(sglang:{name}{{{matchers}}}[{window}]) "
+            f"or {function}(sglang_{name}{{{matchers}}}[{window}])"
         )
 
     @property
@@ -169,83 +136,58 @@ class SignalQueries:
         window = format_duration(self.gauge_window_s)
         return f"{how} {_BY} ({self._over_time('avg_over_time', name, window)})"
 
-    def rate(self, name: str) -> str:
-        return f"sum {_BY} ({self._over_time('rate', name, self.window)})"
+    def rate(self, name: str, extra: str = "") -> str:
+        window = self.window
+        matchers = f"{extra}, {self.cumulative_matchers}" if extra else self.cumulative_matchers
+        return (
+            f"sum {_BY} (rate(sglang:{name}{{{matchers}}}[{window}]) "
+            f"or rate(sglang_{name}{{{matchers}}}[{window}]))"
+        )
 
     def mean(self, histogram: str) -> str:
         """Window mean of a histogram: rate(_sum) / rate(_count), unknown when nothing was observed."""
         return f"({self.rate(histogram + '_sum')}) / ({self.rate(histogram + '_count')} > 0)"
 
-    # -- the signals (names, units and fallbacks as in collectors.direct.derive) -----------------------------
-    def _live_accept_gauge(self) -> str:
-        # The decode-log window's mean keeps its last value while the server idles: only trust it while busy.
-        running_zero = f"{self.gauge('num_running_reqs', 'sum')} == 0"
-        return f"({self.gauge('spec_accept_length')} > 0) unless on (instance, job) ({running_zero})"
+    # -- the catalogue rendered as PromQL -------------------------------------------------------------------
+    def render(self, expr: Expr) -> str:
+        """One catalogue expression as PromQL (references to other signals inlined)."""
+        if isinstance(expr, Gauge):
+            return self.gauge(expr.family.name, expr.how)
+        if isinstance(expr, Rate):
+            extra = ", ".join(f'{label}="{value}"' for label, value in expr.family.match)
+            return self.rate(expr.family.name + expr.part, extra)
+        if isinstance(expr, Ratio):
+            return f"({self.render(expr.numerator)}) / (({self.render(expr.denominator)}) > 0)"
+        if isinstance(expr, Product):
+            return f"({self.render(expr.left)}) * ({self.render(expr.right)})"
+        if isinstance(expr, Inverse):
+            return f"1 / (({self.render(expr.value)}) > 0)"
+        if isinstance(expr, Total):
+            return " + ".join(f"({self.render(part)})" for part in expr.parts)
+        if isinstance(expr, Positive):
+            return f"({self.render(expr.value)}) > 0"
+        if isinstance(expr, Zero):
+            return f"({self.render(expr.value)}) == 0"
+        if isinstance(expr, When):
+            return f"({self.render(expr.value)}) and on (instance, job) ({self.render(expr.condition)})"
+        if isinstance(expr, Unless):
+            return f"({self.render(expr.value)}) unless on (instance, job) ({self.render(expr.condition)})"
+        if isinstance(expr, First):
+            return " or ".join(f"({self.render(choice)})" for choice in expr.choices)
+        return self.signal(expr.signal)
 
-    def tokens_per_verify(self) -> str:
-        return f"({self.rate('generation_tokens_total')}) / ({self.rate('spec_verify_calls_total')} > 0)"
-
-    def accept_length(self) -> str:
-        # The gauge while busy; else the completion-weighted counter ratio (older SGLang, idle, or gauge 0).
-        return f"({self._live_accept_gauge()}) or ({self.tokens_per_verify()})"
-
-    def spec_accept_rate(self) -> str:
-        return f"{self.gauge('spec_accept_rate')} and on (instance, job) ({self._live_accept_gauge()})"
-
-    def tpot_s(self) -> str:
-        return self.mean("inter_token_latency_seconds")
-
-    def step_latency_s(self) -> str:
-        # The wall time of one verify step: accept length × TPOT (the denominator of throughput).
-        return f"({self.accept_length()}) * ({self.tpot_s()})"
-
-    def output_tok_s(self) -> str:
-        # The counter rate where it has two samples in the window; SGLang's own gauge otherwise.
-        return f"({self.rate('generation_tokens_total')}) or ({self.gauge('gen_throughput')})"
-
-    def per_request_tok_s(self) -> str:
-        return f"1 / (({self.tpot_s()}) > 0)"
-
-    def kv_usage(self) -> str:
-        # Never sglang:token_usage: on hybrid models it is max(full, mamba), i.e. usually the state pool.
-        capacity = f"({self.gauge('max_total_num_tokens')} > 0)"
-        return (
-            f"({self.gauge('full_token_usage')}) "
-            f"or ({self.gauge('kv_used_tokens')} / {capacity}) "
-            f"or ({self.gauge('num_used_tokens')} / {capacity})"
-        )
-
-    def cache_hit_rate(self) -> str:
-        # Prompt-token hit rate over the window; the gauge (last prefill batch only) when no prompt finished.
-        windowed = f"({self.rate('cached_tokens_total')}) / ({self.rate('prompt_tokens_total')} > 0)"
-        return f"({windowed}) or ({self.gauge('cache_hit_rate')})"
-
-    def avg_context_tokens(self) -> str:
-        return f"({self.gauge('decode_sum_seq_lens', 'sum')}) / ({self.gauge('num_running_reqs', 'sum')} > 0)"
+    def signal(self, name: str) -> str:
+        """The PromQL of one catalogue signal."""
+        expr = BY_NAME[name].expr
+        if expr is None:
+            raise ValueError(f"{name} is not read from SGLang's metrics (it comes from the recipe)")
+        return self.render(expr)
 
     def signals(self) -> dict[str, str]:
         """PromQL per signal name; ``max_running`` is absent because it comes from the recipe."""
         if self.recorded:
             return {r.signal: self._recorded(r.record) for r in recordings(self.rate_window_s)}
-        return {
-            "accept_length": self.accept_length(),
-            "tokens_per_verify": self.tokens_per_verify(),
-            "spec_accept_rate": self.spec_accept_rate(),
-            "tpot_s": self.tpot_s(),
-            "step_latency_s": self.step_latency_s(),
-            "output_tok_s": self.output_tok_s(),
-            "per_request_tok_s": self.per_request_tok_s(),
-            "running": self.gauge("num_running_reqs", "sum"),
-            "queued": self.gauge("num_queue_reqs", "sum"),
-            "state_pool_usage": self.gauge("mamba_usage"),
-            "kv_usage": self.kv_usage(),
-            "token_usage": self.gauge("token_usage"),
-            "avg_context_tokens": self.avg_context_tokens(),
-            "cache_hit_rate": self.cache_hit_rate(),
-            "retractions_per_s": self.rate("num_retracted_requests_total"),
-            "ttft_s": self.mean("time_to_first_token_seconds"),
-            "queue_time_s": self.mean("queue_time_seconds"),
-        }
+        return {r.signal: self.signal(r.signal) for r in recordings(self.rate_window_s)}
 
     def _recorded(self, record: str) -> str:
         # Recorded series carry only instance and job (the rules already applied the fleet selector), so
@@ -287,7 +229,11 @@ class SignalQueries:
 
     def restarts(self) -> str:
         """Counter resets of the tokenizer's request counter within the window: a server restart."""
-        return f"sum {_BY} ({self._over_time('resets', 'num_requests_total', self.window)})"
+        matchers, window = self.cumulative_matchers, self.window  # a tokenizer counter: every priority
+        return (
+            f"sum {_BY} (resets(sglang:num_requests_total{{{matchers}}}[{window}]) "
+            f"or resets(sglang_num_requests_total{{{matchers}}}[{window}]))"
+        )
 
 
 def rate_window_s(config: Config) -> float:

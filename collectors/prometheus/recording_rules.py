@@ -1,24 +1,22 @@
 """Prometheus recording rules for the derived signals, so Grafana (and anything reading Prometheus) gets the
 same step latency, per-request tok/s, average context, KV and state-pool usage as specwatch.
 
-The expressions are ``collectors.prometheus.queries``' — the ones the Prometheus source evaluates itself.
+The expressions are the signal catalogue (``collectors.signals``) rendered by
+``collectors.prometheus.queries``
+— the ones the Prometheus source evaluates itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
 import yaml
 
-from collectors.prometheus.queries import (
-    Recording,
-    SignalQueries,
-    format_duration,
-    recordings,
-    signal_queries,
-)
+from collectors.prometheus.queries import SignalQueries, signal_queries
+from collectors.signals import PROMQL_APPROXIMATION, Recording, format_duration, recordings
 from config.settings import Config
 
 GROUP_NAME = "specwatch-signals"
@@ -48,6 +46,8 @@ def render_rules(config: Config, *, source: str = "<config>") -> str:
         f"# Selector: {queries.selector or '(none)'}; rate window: {format_duration(queries.rate_window_s)}.",
         "#",
         *(f"# {r.record}: {r.help}" for r in recordings(queries.rate_window_s)),
+        "#",
+        *("# " + line for line in textwrap.wrap("Approximation: " + PROMQL_APPROXIMATION, 110)),
     ]
     return "\n".join(header) + "\n" + body
 

@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import requests
 
-from collectors.direct.derive import spec_enabled
+from collectors.direct.derive import apply_plain_decoding, spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, SourceHealth, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
+from collectors.prometheus.naming import by_instance, target_names
 from collectors.prometheus.queries import signal_queries
 from collectors.prometheus.recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
 from config.settings import Config, Target
@@ -95,6 +95,8 @@ class PrometheusSource:
         )
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="specwatch-promql")
         self._lock = threading.Lock()
+        # One cycle at a time: the collector's loop and the history's latest() may share this source.
+        self._cycle_lock = threading.Lock()
         self._known: set[TargetKey] = set()
         self._known_refreshed_at = float("-inf")
         self._was_up: dict[TargetKey, bool] = {}
@@ -111,12 +113,16 @@ class PrometheusSource:
     # -- the Source protocol ------------------------------------------------------------------------------
     def update_targets(self, targets: Sequence[Target]) -> None:
         """Configured targets only name discovered instances (and give /server_info a URL and token)."""
-        self._by_netloc = {urlsplit(t.url).netloc: t for t in targets}
+        self._by_netloc = by_instance(targets)
 
     def health(self) -> SourceHealth:
         return self._health
 
     def collect(self, now: float) -> list[TargetSnapshot]:
+        with self._cycle_lock:
+            return self._collect(now)
+
+    def _collect(self, now: float) -> list[TargetSnapshot]:
         try:
             answers = self._query_all(now)
         except QueryError as exc:
@@ -292,21 +298,7 @@ class PrometheusSource:
 
     # -- naming ----------------------------------------------------------------------------------------------
     def _name(self, keys: set[TargetKey]) -> dict[TargetKey, str]:
-        """A configured target's name when its URL's host:port is the instance; else the instance itself
-        (``job/instance`` when one instance serves several jobs)."""
-        jobs_per_instance: dict[str, int] = {}
-        for key in keys:
-            jobs_per_instance[key.instance] = jobs_per_instance.get(key.instance, 0) + 1
-        names: dict[TargetKey, str] = {}
-        for key in keys:
-            configured = self._by_netloc.get(key.instance)
-            if configured is not None:
-                names[key] = configured.name
-            elif jobs_per_instance[key.instance] > 1:
-                names[key] = f"{key.job}/{key.instance}"
-            else:
-                names[key] = key.instance
-        return names
+        return target_names(keys, self._by_netloc)
 
     def _deployment(self, key: TargetKey, labels: Mapping[str, str] | None) -> str:
         # A deployment set in the config wins; otherwise the series' own label (target or extra-metric label).
@@ -366,7 +358,7 @@ class PrometheusSource:
             errors.extend(answers.errors)
             if spec_known and spec_enabled(recipe) is False:
                 # Plain decoding emits one token per request per step (as direct.derive): step = TPOT.
-                values.update(accept_length=1.0, spec_accept_rate=None, step_latency_s=values.get("tpot_s"))
+                values = apply_plain_decoding(values)
             info_error = self._book.error(key)
             if recipe is None and info_error is not None:
                 # Labels are the documented fallback; only a recipe known from neither is worth a word.

@@ -1,7 +1,10 @@
 """SGLang-shaped /metrics bodies rendered by a real prometheus_client registry (text 0.0.4 or OpenMetrics).
 
 The layout copies SGLang 0.5.23: scheduler families carry ``tp_rank`` (rank 1 reports zeros and constants),
-tokenizer counters are split by ``is_streaming``, histograms have buckets, ``_sum`` and ``_count``.
+tokenizer counters are split by ``is_streaming``, histograms have buckets, ``_sum`` and ``_count``. With
+``priorities`` set (``--enable-priority-scheduling``), scheduler gauges carry their total under
+``priority=""`` plus one breakdown per priority, and tokenizer counters and histograms exist only per
+priority (no total).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ class Load:
     token_usage: float | None = 0.73
     full_token_usage: float | None = 0.2419
     mamba_usage: float | None = 0.7314
+    mamba_used_tokens: float | None = 144.0
+    mamba_available_tokens: float | None = 31.0
+    mamba_evictable_tokens: float | None = 22.0
     kv_used_tokens: float | None = 377904.0
     num_used_tokens: float | None = 377904.0
     max_total_num_tokens: float | None = 1562306.0
@@ -50,6 +56,8 @@ class Load:
     ttft_count: float | None = 1200.0
     queue_sum: float | None = 83.1
     queue_count: float | None = 1200.0
+    realtime_decode: float | None = 3412998.0  # realtime_tokens_total{mode="decode"}, per batch (0.5.7+)
+    priorities: tuple[str, ...] = ()  # --enable-priority-scheduling: the request priorities seen
 
     def advanced(self, **deltas: float) -> Load:
         """A copy with some fields increased (counters moving forward)."""
@@ -66,6 +74,9 @@ _GAUGES = (
     ("token_usage", "token_usage"),
     ("full_token_usage", "full_token_usage"),
     ("mamba_usage", "mamba_usage"),
+    ("mamba_used_tokens", "mamba_used_tokens"),
+    ("mamba_available_tokens", "mamba_available_tokens"),
+    ("mamba_evictable_tokens", "mamba_evictable_tokens"),
     ("kv_used_tokens", "kv_used_tokens"),
     ("num_used_tokens", "num_used_tokens"),
     ("max_total_num_tokens", "max_total_num_tokens"),
@@ -75,6 +86,16 @@ _GAUGES = (
     ("spec_accept_rate", "spec_accept_rate"),
 )
 _CONSTANTS = {"max_total_num_tokens"}  # emitted by every rank with the same value
+_BROKEN_DOWN = {"num_running_reqs", "num_queue_reqs"}  # per-priority breakdowns under priority scheduling
+
+
+def _shares(value: float, priorities: tuple[str, ...]) -> list[tuple[str, float]]:
+    """``value`` split over the priorities (uneven, whole numbers where it is one), summing to ``value``."""
+    if not priorities:
+        return [("", value)]
+    weights = [index + 1 for index in range(len(priorities))]
+    parts = [math.floor(value * w / sum(weights)) for w in weights[:-1]]
+    return [*zip(priorities, parts, strict=False), (priorities[-1], value - sum(parts))]
 
 
 class _SGLangCollector:
@@ -83,15 +104,33 @@ class _SGLangCollector:
 
     def collect(self) -> Iterator[Metric]:
         load = self.load
-        rank = {r: ["unified", MODEL, "0", "0", r] for r in ("0", "1")}
+        prio = bool(load.priorities)
+        sched_labels = [*SCHED_LABELS, "priority"] if prio else SCHED_LABELS
+        tok_labels = [*TOKENIZER_LABELS, "priority"] if prio else TOKENIZER_LABELS
+        rank = {r: ["unified", MODEL, "0", "0", r] + ([""] if prio else []) for r in ("0", "1")}
         for family, attr in _GAUGES:
             value = getattr(load, attr)
             if value is None:
                 continue
-            gauge = GaugeMetricFamily(f"sglang:{family}", family, labels=SCHED_LABELS)
+            gauge = GaugeMetricFamily(f"sglang:{family}", family, labels=sched_labels)
             gauge.add_metric(rank["0"], value)
             gauge.add_metric(rank["1"], value if family in _CONSTANTS else 0.0)
+            if prio and family in _BROKEN_DOWN:
+                for priority, share in _shares(value, load.priorities):
+                    gauge.add_metric([*rank["0"][:-1], priority], share)
             yield gauge
+        if load.realtime_decode is not None:
+            counter = CounterMetricFamily(
+                "sglang:realtime_tokens", "realtime tokens", labels=[*sched_labels, "mode"]
+            )
+            for mode, value in (
+                ("prefill_compute", 1431877.0),
+                ("prefill_cache", 1036402.0),
+                ("decode", load.realtime_decode),
+            ):
+                counter.add_metric([*rank["0"], mode], value)
+                counter.add_metric([*rank["1"], mode], 0.0)
+            yield counter
         for family, attr, split in (
             ("generation_tokens", "generation_tokens", True),
             ("prompt_tokens", "prompt_tokens", True),
@@ -101,19 +140,19 @@ class _SGLangCollector:
             value = getattr(load, attr)
             if value is None:
                 continue
-            if split:
-                counter = CounterMetricFamily(
-                    f"sglang:{family}", family, labels=[*TOKENIZER_LABELS, "is_streaming"]
-                )
-                streaming = math.floor(value * 0.8)
-                counter.add_metric(["unified", MODEL, "true"], streaming)
-                counter.add_metric(["unified", MODEL, "false"], value - streaming)
-            else:
-                counter = CounterMetricFamily(f"sglang:{family}", family, labels=TOKENIZER_LABELS)
-                counter.add_metric(["unified", MODEL], value)
+            labels = [*tok_labels, "is_streaming"] if split else tok_labels
+            counter = CounterMetricFamily(f"sglang:{family}", family, labels=labels)
+            for priority, share in _shares(value, load.priorities):
+                base = ["unified", MODEL] + ([priority] if prio else [])
+                if split:
+                    streaming = math.floor(share * 0.8)
+                    counter.add_metric([*base, "true"], streaming)
+                    counter.add_metric([*base, "false"], share - streaming)
+                else:
+                    counter.add_metric(base, share)
             yield counter
         if load.retracted is not None:
-            counter = CounterMetricFamily("sglang:num_retracted_requests", "retractions", labels=SCHED_LABELS)
+            counter = CounterMetricFamily("sglang:num_retracted_requests", "retractions", labels=sched_labels)
             counter.add_metric(rank["0"], load.retracted)
             counter.add_metric(rank["1"], 0.0)
             yield counter
@@ -125,18 +164,23 @@ class _SGLangCollector:
             if total is None or count is None:
                 continue
             histogram = HistogramMetricFamily(
-                f"sglang:{family}", family, labels=SCHED_LABELS if sched else TOKENIZER_LABELS
+                f"sglang:{family}", family, labels=sched_labels if sched else tok_labels
             )
-            ranks = ("0", "1") if sched else ("",)
-            for r in ranks:
-                labels = rank[r] if sched else ["unified", MODEL]
-                scale = 1.0 if r in ("0", "") else 0.0
-                buckets = [
-                    ("0.01", round(count * scale / 2)),
-                    ("0.1", count * scale),
-                    ("+Inf", count * scale),
+            if sched:
+                series = [(rank["0"], total, count), (rank["1"], 0.0, 0.0)]
+            else:
+                counts = dict(_shares(count, load.priorities))
+                series = [
+                    (
+                        ["unified", MODEL] + ([p] if prio else []),
+                        total * counts[p] / count if count else 0.0,
+                        n,
+                    )
+                    for p, n in counts.items()
                 ]
-                histogram.add_metric(labels, buckets, sum_value=total * scale)
+            for labels, sum_value, n in series:
+                buckets = [("0.01", round(n / 2)), ("0.1", n), ("+Inf", n)]
+                histogram.add_metric(labels, buckets, sum_value=sum_value)
             yield histogram
 
 

@@ -35,7 +35,7 @@ def test_first_scrape_of_the_golden_body(golden_text: str) -> None:
     assert signals.token_usage == 0.73
     assert signals.avg_context_tokens == pytest.approx(377904.0 / 41.0)
     assert signals.output_tok_s == 3127.55  # no window yet: the server's own gen_throughput
-    assert signals.cache_hit_rate == 0.4187  # no window yet: the last prefill batch's hit rate
+    assert signals.cache_hit_rate is None  # no window yet; the last prefill batch's gauge is not mixed in
     # Everything that needs a window is unknown, never 0.
     for name in ("tpot_s", "step_latency_s", "per_request_tok_s", "tokens_per_verify", "retractions_per_s"):
         assert getattr(signals, name) is None, name
@@ -47,6 +47,7 @@ def test_a_window_gives_the_fraction() -> None:
     # size 3: accept 2.552, step ≈ 255 ms).
     after = before.advanced(
         generation_tokens=16000,
+        realtime_decode=16000,
         verify_calls=6400,
         itl_sum=1600.0,
         itl_count=16000,
@@ -78,9 +79,12 @@ def test_a_window_gives_the_fraction() -> None:
 
 
 def test_a_counter_reset_never_gives_a_negative_rate_or_a_spike() -> None:
-    running = Load().advanced(generation_tokens=1e6, itl_sum=1e4, itl_count=1e6, verify_calls=4e5)
+    running = Load().advanced(
+        generation_tokens=1e6, realtime_decode=1e6, itl_sum=1e4, itl_count=1e6, verify_calls=4e5
+    )
     restarted = Load(
-        generation_tokens=120.0, prompt_tokens=900.0, cached_tokens=0.0, verify_calls=50.0, retracted=0.0,
+        generation_tokens=120.0, realtime_decode=120.0, prompt_tokens=900.0, cached_tokens=0.0,
+        verify_calls=50.0, retracted=0.0,
         itl_sum=1.2, itl_count=120.0, ttft_sum=0.5, ttft_count=1.0, queue_sum=0.1, queue_count=1.0,
         gen_throughput=80.0,
     )  # fmt: skip
@@ -98,10 +102,10 @@ def test_a_counter_reset_never_gives_a_negative_rate_or_a_spike() -> None:
     ):
         assert getattr(signals, name) is None, name
     assert signals.output_tok_s == 80.0  # the server's own window: no spike from a counter drop
-    assert signals.cache_hit_rate == 0.4187
+    assert signals.cache_hit_rate is None
 
     # The cycle after the restart measures from the post-restart values.
-    later = restarted.advanced(generation_tokens=500, itl_sum=5.0, itl_count=500)
+    later = restarted.advanced(generation_tokens=500, realtime_decode=500, itl_sum=5.0, itl_count=500)
     third = derive_signals(values_of(later), 110.0, second.state, DSPARK)
     assert third.reset == ()
     assert third.signals.output_tok_s == pytest.approx(100.0)
@@ -196,3 +200,23 @@ def test_signals_are_finite_or_unknown_and_rates_never_negative(
     if derivation.reset:
         assert derivation.signals.tpot_s is None
         assert derivation.signals.retractions_per_s is None
+
+
+def test_completion_counted_ratios_span_a_minute_of_scrapes() -> None:
+    # Prompt/cached/generated tokens and verify calls move only when a request finishes: one request finished
+    # in the first 5 s, none after. Its ratios stay known for a minute instead of flickering to unknown.
+    load = Load()
+    state = derive_signals(values_of(load), 0.0, None, DSPARK).state
+    load = load.advanced(
+        generation_tokens=1500, verify_calls=500, prompt_tokens=800, cached_tokens=200, realtime_decode=3000
+    )
+    seen: list[tuple[float | None, float | None]] = []
+    for cycle in range(1, 16):
+        derivation = derive_signals(values_of(load), 5.0 * cycle, state, DSPARK)
+        state = derivation.state
+        seen.append((derivation.signals.tokens_per_verify, derivation.signals.cache_hit_rate))
+        load = load.advanced(realtime_decode=3000)
+    assert seen[0] == pytest.approx((3.0, 0.25))
+    assert all(pair == pytest.approx((3.0, 0.25)) for pair in seen[:12])  # within a minute of the finish
+    assert seen[-1] == (None, None)  # a minute later no request finished in the window: unknown
+    assert len(state.older) <= 13  # kept back to one full window, not forever

@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.direct.derive import derive_signals
-from collectors.direct.exposition import SIGNAL_SAMPLES, parse_exposition
+from collectors.direct.exposition import SAMPLE_MATCH, SIGNAL_SAMPLES, parse_exposition
 from collectors.errors import BadExposition
 from tests.collectors.bodies import OPENMETRICS_ACCEPT, OPENMETRICS_UTF8_ACCEPT, TEXT_ACCEPT, Load, render
 
@@ -36,7 +36,11 @@ def reference_values(text: str, *, openmetrics: bool = False) -> dict[str, float
             canonical = "sglang:" + sample.name[len("sglang:") :]
             kind = SIGNAL_SAMPLES.get(canonical)
             labels = dict(sample.labels)
-            if kind is None or labels.get("tp_rank", "0") != "0" or labels.get("priority", ""):
+            if kind is None or labels.get("tp_rank", "0") != "0":
+                continue
+            if kind == "gauge" and labels.get("priority", ""):
+                continue  # scheduler gauges: the priority="" total; counters are summed over priorities
+            if any(labels.get(label) != value for label, value in SAMPLE_MATCH.get(canonical, ())):
                 continue
             labels.pop("pid", None)
             key = (canonical, tuple(sorted(labels.items())))
@@ -215,7 +219,8 @@ def test_an_older_version_lacks_families_and_they_stay_unknown(golden_text: str)
     assert missing.isdisjoint(values)
     assert values["sglang:num_used_tokens"] == 377904.0
     first = derive_signals(values, 0.0, None)
-    later = dict(values, **{"sglang:generation_tokens_total": values["sglang:generation_tokens_total"] + 500})
+    decode = "sglang:realtime_tokens_total"  # the mode="decode" series: per batch, not at completion
+    later = dict(values, **{decode: values[decode] + 500})
     signals = derive_signals(later, 5.0, first.state).signals
     assert signals.kv_usage == pytest.approx(377904.0 / 1562306.0)  # KV from token counts, not token_usage
     assert signals.tokens_per_verify is None  # no spec_verify_calls_total before 0.5.13: unknown, not 0

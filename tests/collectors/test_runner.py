@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from collectors.direct.source import DirectSource
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
+from collectors.transport import make_session
 from config import Config, Target, load_config, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load
 from tests.collectors.servers import FakeSGLang, LoopbackServer, Route, refused_url, reply, silent_listener
@@ -58,10 +60,13 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
     dead = refused_url()
     clock = Clock()
     config = fleet_config([("east-0", east.url), ("dead-0", dead), ("west-0", west.url)])
-    with Collector(config, store, clock=clock) as collector:
+    # Windows of exactly 5 s: the test's clock times the rates too (in production, time.monotonic does).
+    session = make_session()
+    source = DirectSource(config.scrape, config.targets, session=session, clock=clock, rate_clock=clock)
+    with Collector(config, store, clock=clock, session=session, source=source) as collector:
         first = collector.run_cycle()
         east.load = east.load.advanced(
-            generation_tokens=16000, verify_calls=6400, itl_sum=1600.0, itl_count=16000
+            generation_tokens=16000, realtime_decode=16000, verify_calls=6400, itl_sum=1600.0, itl_count=16000
         )
         clock.now += 5
         second = collector.run_cycle()
@@ -76,7 +81,8 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
         assert signals.step_latency_s == pytest.approx(0.291)
         assert signals.output_tok_s == pytest.approx(3200.0)
         assert signals.max_running == 48.0
-        assert by_target(second)["west-0"].signals.output_tok_s == 0.0  # idle window: a real 0, not unknown
+        # 41 requests running but no decode counted in the window: the server's own gauge, never 0.
+        assert by_target(second)["west-0"].signals.output_tok_s == 3127.55
         down = by_target(second)["dead-0"]
         assert not down.up
         assert "dead-0" in (down.error or "")
@@ -90,6 +96,7 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
         assert health["dead-0"].consecutive_failures == 2
         assert health["dead-0"].last_success_ts is None
         assert health["east-0"].staleness_s == 0.0
+    session.close()  # ours: the collector closes only sessions it made
 
     history = store.read_samples(clock.now - 60, clock.now + 1)
     assert len(history) == 6

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from alerts.service import Service
+from collectors.prometheus.source import PrometheusSource
 from collectors.store.history import SqliteStore
 from config import Config
 from tests.prometheus.engines import Engine, StaticServer, source_config
@@ -48,11 +50,23 @@ def test_alert_service_keeps_samples_in_prometheus_not_sqlite(
     golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer], tmp_path: Path
 ) -> None:
     config = _config(golden_engine.url, golden_servers[0], tmp_path)
-    service = Service(config)
+    built: list[PrometheusSource] = []
+    original = PrometheusSource.__init__
+
+    def counting(self: PrometheusSource, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PrometheusSource, "__init__", counting)
+        service = Service(config)
     try:
         snapshots = {s.target: s for s in service.run_cycle()}
+        latest = {s.target: s for s in service.store.latest()}  # the history reads through the same source
     finally:
         service.stop()
+    assert len(built) == 1  # one Prometheus source for the collector and the history store
+    assert latest["golden"].signals.running == 41
     assert snapshots["golden"].up
     assert snapshots["golden"].signals.running == 41
     assert SqliteStore(config.store.path).count_samples() == 0  # no duplicate rows beside Prometheus

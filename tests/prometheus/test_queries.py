@@ -73,7 +73,7 @@ def test_the_rate_window_follows_the_scrape_interval_unless_set() -> None:
     assert rate_window_s(parse_config({**base, "prometheus": {"url": "http://p:9090"}})) == 120
     explicit = parse_config({**base, "prometheus": {"url": "http://p:9090", "rate_window_s": 45}})
     assert rate_window_s(explicit) == 45
-    assert "[45s]" in signal_queries(explicit).tpot_s()
+    assert "[45s]" in signal_queries(explicit).signal("tpot_s")
 
 
 def test_every_signal_has_a_query_except_the_recipe_one() -> None:
@@ -88,22 +88,19 @@ def test_queries_match_both_spellings_and_the_reporting_rank() -> None:
     q = SignalQueries('job="sglang"', 60)
     running = q.signals()["running"]
     assert '{__name__=~"sglang[:_]num_running_reqs", tp_rank=~"0|", priority="", job="sglang"}' in running
-    tpot = q.tpot_s()
+    tpot = q.signal("tpot_s")
     # Range functions drop the name: each spelling is its own selector, joined with `or` (no label clash).
-    assert (
-        'rate(sglang:inter_token_latency_seconds_sum{tp_rank=~"0|", priority="", job="sglang"}[1m])' in tpot
-    )
-    assert (
-        'rate(sglang_inter_token_latency_seconds_sum{tp_rank=~"0|", priority="", job="sglang"}[1m])' in tpot
-    )
+    # Tokenizer histograms and counters are split by request priority with no total: summed, not filtered.
+    assert 'rate(sglang:inter_token_latency_seconds_sum{tp_rank=~"0|", job="sglang"}[1m])' in tpot
+    assert 'rate(sglang_inter_token_latency_seconds_sum{tp_rank=~"0|", job="sglang"}[1m])' in tpot
     # KV usage never reads token_usage (the max over pools on hybrid models).
-    assert "token_usage" not in q.kv_usage().replace("full_token_usage", "")
+    assert "token_usage" not in q.signal("kv_usage").replace("full_token_usage", "")
 
 
 def test_downsampled_queries_average_each_step() -> None:
     q = SignalQueries("", 60, gauge_window_s=300)
     assert "avg_over_time(sglang:num_running_reqs" in q.signals()["running"]
-    assert "[5m]" in q.tpot_s()  # the rate window widens to the step: no sample is skipped
+    assert "[5m]" in q.signal("tpot_s")  # the rate window widens to the step: no sample is skipped
     assert q.up().startswith("min by (instance, job) (min_over_time(up[5m]))")
 
 
