@@ -263,9 +263,17 @@ def test_promtool_unit_tests_of_the_exported_rules(rule_file: Path) -> None:
             series(name, inst, [v] * n)
             for inst in ("r", "r2")
             for name, v in (
-                ("sglang:cache_hit_rate", 0.03),
                 ("sglang:mamba_usage", 0.92),
                 ("sglang:num_running_reqs", 40.0),
+            )
+        ],
+        # 3 % of prompt tokens from the cache, as the counters SGLang adds at request completion say.
+        *[
+            series(name, inst, [per_step * i for i in range(n)])
+            for inst in ("r", "r2")
+            for name, per_step in (
+                ("sglang:prompt_tokens_total", 10_000.0),
+                ("sglang:cached_tokens_total", 300.0),
             )
         ],
         series("sglang:kv_evictable_tokens", "r", [5000.0] * n),
