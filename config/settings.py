@@ -80,6 +80,14 @@ class StoreSettings(_Settings):
         "data/history.sqlite", description="SQLite history file (WAL mode); created if missing."
     )
     retention_h: float = Field(168.0, gt=0, description="Hours of history kept; older rows are pruned.")
+    raw_retention_h: float = Field(
+        6.0,
+        gt=0,
+        description="Hours of raw per-scrape rows kept; beyond, the rollup tiers serve (≤ retention_h).",
+    )
+    minute_retention_h: float = Field(
+        48.0, gt=0, description="Hours of the 1 min rollup tier kept; beyond, 15 min and 1 h tiers serve."
+    )
 
 
 class AlertSettings(_Settings):
