@@ -136,6 +136,12 @@ class SimServer:
         engine.horizon_s = self.spec.timeline.next_after(start_s)
         return engine
 
+    def set_min_window_s(self, seconds: float) -> None:
+        """Publish decode-log windows at least this long from the next one on (history synthesis: cheaper)."""
+        with self._lock:
+            self._min_window_s = seconds
+            self.engine.min_window_s = seconds
+
     # -- time ------------------------------------------------------------------------------------------------
     def advance(self, now_s: float) -> None:
         """Apply the scenario's actions due by ``now_s``, then publish the engine's windows up to it."""

@@ -205,13 +205,14 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
 
-    def append_rollups(self, batch: Batch, latest: Sequence[TargetSnapshot] = ()) -> None:
+    def append_rollups(self, batch: Batch | None, latest: Sequence[TargetSnapshot] = ()) -> None:
         """Rollup tiers only (history older than raw retention, e.g. ``python -m sim history``), and each of
         ``latest`` as its target's newest row unless a newer one is held."""
         try:
             connection = self._connect()
             with connection:
-                self._write_rollups(connection, batch)
+                if batch is not None:
+                    self._write_rollups(connection, batch)
                 connection.executemany(
                     _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts", [_row_of(s) for s in latest]
                 )

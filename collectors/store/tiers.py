@@ -172,36 +172,35 @@ def partial_rows(batch: Batch, tier: Tier) -> list[tuple[object, ...]]:
     up_n = np.add.reduceat(batch.up[order] * weight, starts)
     ts_sum = np.add.reduceat(batch.ts[order] * weight, starts)
     last_ts = batch.ts[order][ends]
-    # The newest error of a bucket: the last row of each group that has one.
+    # The newest error of a bucket: the last row of each group that has one (index −1: none).
     error_of = [batch.error[i] for i in order]
+    with_error = np.array([-1 if e is None else i for i, e in enumerate(error_of)], dtype=np.int64)
+    newest_error = np.maximum.reduceat(with_error, starts) if rows else with_error
     recipe_of = [batch.recipe_id[i] for i in order]
     deployment_of = [batch.deployment[i] for i in order]
-    stats = np.stack([sums, counts, minimum, maximum, last], axis=2).reshape(len(starts), -1).tolist()
-    result: list[tuple[object, ...]] = []
-    for g, (first, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        error = next((e for e in reversed(error_of[first : end + 1]) if e is not None), None)
-        result.append(
-            (
-                str(names[codes[first]]),
-                float(bucket[first]),
-                int(n[g]),
-                int(up_n[g]),
-                float(ts_sum[g]),
-                float(last_ts[g]),
-                error,
-                recipe_of[end],
-                deployment_of[end],
-                float(duration_sum[g]),
-                int(duration_n[g]),
-                *_integral_counts(stats[g]),
-            )
-        )
-    return result
-
-
-def _integral_counts(stats: list[float]) -> list[float | int]:
-    """Every signal's (sum, n, min, max, last) with n as an int (the column is INTEGER)."""
-    return [int(v) if i % len(_STATS) == 1 else v for i, v in enumerate(stats)]
+    ends_list = ends.tolist()
+    stats = np.stack([sums, counts, minimum, maximum, last], axis=2)  # (groups, signals, stat)
+    columns: list[list[object]] = [
+        [str(names[c]) for c in codes[starts].tolist()],
+        bucket[starts].tolist(),
+        n.astype(np.int64).tolist(),
+        up_n.astype(np.int64).tolist(),
+        ts_sum.tolist(),
+        last_ts.tolist(),
+        [
+            None if i < first else error_of[i]
+            for i, first in zip(newest_error.tolist(), starts.tolist(), strict=True)
+        ],
+        [recipe_of[i] for i in ends_list],
+        [deployment_of[i] for i in ends_list],
+        duration_sum.tolist(),
+        duration_n.astype(np.int64).tolist(),
+    ]
+    for signal in range(len(SIGNAL_NAMES)):
+        for stat in range(len(_STATS)):
+            column = stats[:, signal, stat]
+            columns.append(column.astype(np.int64).tolist() if _STATS[stat] == "n" else column.tolist())
+    return list(zip(*columns, strict=True))
 
 
 def pick_tier(
