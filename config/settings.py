@@ -143,6 +143,12 @@ class SimSettings(_Settings):
         None, ge=1, le=2000, description="Number of servers (default: the scenario's)."
     )
     seed: int = Field(0, description="Random seed of the simulated workload.")
+    history_h: float = Field(
+        0.0,
+        ge=0,
+        le=400 * 24,
+        description="Hours of simulated history written into an empty store at start (sim history).",
+    )
 
 
 class ExporterSettings(_Settings):

@@ -29,7 +29,7 @@ from sim.scenario import expand_servers, load_scenario
 RAW_WINDOW_S = 60.0
 ROLLUP_WINDOW_S = 300.0
 ROLLUP_STEP_S = MINUTE_TIER.seconds  # one sample per minute beyond raw retention
-CHUNK_S = 3600.0
+CHUNK_S = 900.0  # a quarter hour of the fleet in memory at a time (15 min tier buckets stay whole)
 SCRAPE_DURATION_S = 0.004
 
 
@@ -79,6 +79,7 @@ def fill_store(
                 f"history store {store.path} already holds samples; point store.path at a new file "
                 "(or delete this one) to fill it with simulated history"
             )
+        store.drop_raw_indexes()  # rebuilt once at the end: a sort instead of 2 M index inserts
         recipes: dict[str, Recipe] = {}
         samplers = [
             Sampler(sim_server(spec, i, seed, loaded, ROLLUP_WINDOW_S), start, recipes)
@@ -109,6 +110,7 @@ def fill_store(
         store.add_events(events)
         store.append_rollups(None, latest=list(last.values()))
     finally:
+        store.rebuild_indexes()  # also after a failure: the store stays a complete, readable one
         store.close()
     return FillReport(
         len(specs), duration_s / 3600.0, raw_rows, rollup_samples, len(events), time.monotonic() - started

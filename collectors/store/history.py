@@ -223,6 +223,26 @@ class SqliteStore:
         """Raw ``samples`` rows only (_SAMPLE_COLUMNS order); their rollups go through ``append_rollups``."""
         self._write(_INSERT_RAW, rows)
 
+    def drop_raw_indexes(self) -> None:
+        """Before a bulk load into an empty store (rows go in faster); ``rebuild_indexes`` restores them."""
+        try:
+            with self._connect() as connection:
+                for index in ("samples_target_ts", "samples_ts"):
+                    connection.execute(f"DROP INDEX IF EXISTS {index}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: cannot drop indexes: {exc}") from exc
+
+    def rebuild_indexes(self) -> None:
+        """Every index of the schema that is missing (one sort per index)."""
+        connection = self._connect()
+        try:
+            with connection:
+                for statement in _SCHEMA.split(";"):
+                    if "CREATE INDEX" in statement:
+                        connection.execute(statement)
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: cannot build indexes: {exc}") from exc
+
     @staticmethod
     def _write_rollups(connection: sqlite3.Connection, batch: Batch) -> None:
         for tier in TIERS:
