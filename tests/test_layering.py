@@ -1,4 +1,4 @@
-"""Imports go one way: app → views → alerts → collectors → config; sim uses config, the data model and the store.
+"""Imports go one way: app → views → alerts → collectors → config; sim uses config, the model and the store.
 
 An ``ast`` walk over every module (imports inside functions included), so a layering slip fails CI at once.
 """
