@@ -222,19 +222,22 @@ def pick_tier(
         found = oldest(tier)
         return found is not None and found <= start_ts + (0.0 if tier is None else tier.seconds)
 
-    # Fine enough and reaching back: the coarsest (cheapest); else the finest coarser tier that reaches back
-    # (finer tiers keep less: after 48 h only 15 min and 1 h buckets remain).
-    coarser = [t for t in TIERS if t not in candidates]
-    for tier in [*candidates, *coarser]:
+    for tier in candidates:  # fine enough and reaching back: the coarsest (the cheapest read)
         if covers(tier):
             return tier
-    # Nothing reaches back that far: the finest tier within one (coarsest) bucket of the most history held.
-    held = [t for t in candidates if oldest(t) is not None] or [t for t in TIERS if oldest(t) is not None]
-    if not held:
-        return None
-    most = min(oldest(t) or 0.0 for t in held)
-    slack = max(t.seconds for t in held if t is not None) if any(t is not None for t in held) else 0.0
-    return next(t for t in reversed(held) if (oldest(t) or 0.0) <= most + slack)
+    # None of them reaches back: the finest within one bucket of the most history they hold ...
+    held = [t for t in candidates if oldest(t) is not None]
+    best: Tier | None = None
+    if held:
+        most = min(oldest(t) or 0.0 for t in held)
+        slack = max((t.seconds for t in held if t is not None), default=0.0)
+        best = next(t for t in reversed(held) if (oldest(t) or 0.0) <= most + slack)
+    # ... unless a coarser tier truly holds more of the range (finer tiers are kept for less time).
+    for tier in (t for t in TIERS if t not in candidates):
+        found = oldest(tier)
+        if found is not None and (not held or found + tier.seconds <= (oldest(best) or 0.0)):
+            return tier
+    return best
 
 
 def read_sql(tier: Tier, where: str, regroup: bool) -> str:
