@@ -21,29 +21,20 @@ from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
 from collectors.store.connections import ThreadConnections
 from collectors.store.migrate import backfill
+from collectors.store.reads import SAMPLE_COLUMNS as _SAMPLE_COLUMNS
+from collectors.store.reads import frame_of, raw_sql, tier_sql
 from collectors.store.tiers import (
     MINUTE_TIER,
     TIERS,
     Batch,
     partial_rows,
     pick_tier,
-    read_sql,
     schema_sql,
     upsert_sql,
 )
 
 SCHEMA_VERSION = 2  # 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open)
 
-_SAMPLE_COLUMNS: tuple[str, ...] = (
-    "ts",
-    "target",
-    "up",
-    "error",
-    "recipe_id",
-    "deployment",
-    "scrape_duration_s",
-    *SIGNAL_NAMES,
-)
 _SIGNAL_COLUMNS = ", ".join(f"{name} REAL" for name in SIGNAL_NAMES)
 
 _SCHEMA = f"""
@@ -324,19 +315,11 @@ class SqliteStore:
             where.append(f"target IN ({_placeholders(targets)})")
             params.extend(targets)
         clause = " AND ".join(where)
-        if tier is None:
-            rows = self._read_raw(start_ts, end_ts, clause, params, max_points)
-        else:
-            regroup = (end_ts - start_ts) / tier.seconds > max_points
-            extra = [start_ts, max((end_ts - start_ts) / max_points, 1e-9)] if regroup else []
-            rows = self._query(read_sql(tier, clause, regroup), [*params, *extra])
+        sql = raw_sql(clause) if tier is None else tier_sql(tier, clause)
+        rows = self._query(sql, params)
         if not rows:
             return _empty_frame()
-        frame = pd.DataFrame.from_records(rows, columns=list(_SAMPLE_COLUMNS))
-        frame["up"] = frame["up"].astype(bool)
-        for name in ("scrape_duration_s", *SIGNAL_NAMES):
-            frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
-        return frame
+        return frame_of(rows, start_ts, max((end_ts - start_ts) / max(max_points, 1), 1e-9), max_points)
 
     def _oldest(self) -> dict[float, float | None]:
         """The oldest timestamp of the raw rows (key 0) and of each tier: MIN over an index, a few pages."""
@@ -346,34 +329,6 @@ class SqliteStore:
             value = self._query(f"SELECT MIN({column}) FROM {table}")[0][0]
             found[seconds] = None if value is None else float(str(value))
         return found
-
-    def _read_raw(
-        self, start_ts: float, end_ts: float, clause: str, params: list[object], max_points: int
-    ) -> list[tuple[object, ...]]:
-        counts = self._query(f"SELECT COUNT(*), COUNT(DISTINCT target) FROM samples WHERE {clause}", params)
-        total, distinct = (int(str(v)) for v in counts[0])
-        if total == 0:
-            return []
-        if total <= max_points * max(distinct, 1):
-            return self._query(
-                f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM samples WHERE {clause} ORDER BY target, ts", params
-            )
-        bucket_s = max((end_ts - start_ts) / max_points, 1e-9)
-        aggregates = [
-            "AVG(ts)",
-            "target",
-            "MIN(up)",
-            "MAX(error)",
-            "MAX(recipe_id)",
-            "MAX(deployment)",
-            "AVG(scrape_duration_s)",
-            *(f"AVG({name})" for name in SIGNAL_NAMES),
-        ]
-        return self._query(
-            f"SELECT {', '.join(aggregates)} FROM samples WHERE {clause} "
-            f"GROUP BY target, CAST((ts - ?) / ? AS INTEGER) ORDER BY target, 1",
-            [*params, start_ts, bucket_s],
-        )
 
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None

@@ -26,12 +26,22 @@ class Tier:
     table: str
 
 
-# 1 min for hours-to-days ranges at full width, 15 min for a day on the Fleet chart, 1 h for weeks.
-TIERS: tuple[Tier, ...] = (Tier(60.0, "rollup_60"), Tier(900.0, "rollup_900"), Tier(3600.0, "rollup_3600"))
+# 1 min for hours-to-days ranges at full width; 5 min, 15 min and 1 h for the Fleet chart's 6 h, 24 h and 7 d
+# (~100 points per target each, read without any regrouping).
+TIERS: tuple[Tier, ...] = (
+    Tier(60.0, "rollup_60"),
+    Tier(300.0, "rollup_300"),
+    Tier(900.0, "rollup_900"),
+    Tier(3600.0, "rollup_3600"),
+)
 MINUTE_TIER = TIERS[0]
 
-# A read may use a tier up to this many times coarser than one pixel bucket (at least half the points asked).
-COARSER_OK = 2.0
+# A read may use a tier up to this many times coarser than one pixel bucket (≥ 40% of the points asked: the
+# Fleet chart's 150 points at 6 h come as 72 five-minute buckets instead of 360 regrouped minutes).
+COARSER_OK = 2.5
+# Data that starts this share of the range after its start still "reaches back" (a 6 h range over 6 h of raw
+# rows begins one scrape after the oldest row went).
+REACH_SLACK = 0.02
 
 _HEAD = ("target", "bucket_ts", "n", "up_n", "ts_sum", "last_ts", "error", "recipe_id", "deployment")
 _STATS = ("sum", "n", "min", "max", "last")
@@ -220,7 +230,8 @@ def pick_tier(
 
     def covers(tier: Tier | None) -> bool:
         found = oldest(tier)
-        return found is not None and found <= start_ts + (0.0 if tier is None else tier.seconds)
+        slack = REACH_SLACK * range_s + (0.0 if tier is None else tier.seconds)
+        return found is not None and found <= start_ts + slack
 
     for tier in candidates:  # fine enough and reaching back: the coarsest (the cheapest read)
         if covers(tier):
@@ -238,21 +249,3 @@ def pick_tier(
         if found is not None and (not held or found + tier.seconds <= (oldest(best) or 0.0)):
             return tier
     return best
-
-
-def read_sql(tier: Tier, where: str, regroup: bool) -> str:
-    """SELECT of the store's sample columns from a tier: each row as is, or regrouped into buckets given
-    as two extra parameters (origin ts, bucket seconds) after the WHERE's."""
-    means = [f"SUM({name}_sum) / NULLIF(SUM({name}_n), 0)" for name in SIGNAL_NAMES]
-    columns = [
-        "SUM(ts_sum) / SUM(n)",
-        "target",
-        "SUM(up_n) = SUM(n)",
-        "MAX(error)",
-        "MAX(recipe_id)",
-        "MAX(deployment)",
-        "SUM(scrape_duration_s_sum) / NULLIF(SUM(scrape_duration_s_n), 0)",
-        *means,
-    ]
-    group = "target, CAST((bucket_ts - ?) / ? AS INTEGER)" if regroup else "target, bucket_ts"
-    return f"SELECT {', '.join(columns)} FROM {tier.table} WHERE {where} GROUP BY {group} ORDER BY target, 1"

@@ -69,7 +69,7 @@ def test_long_ranges_read_a_tier_with_the_same_means_as_the_raw_rows(tmp_path: P
     store = SqliteStore(tmp_path / "h.sqlite")
     _day(store)
     end = T0 + DAY_S - 5
-    from_tier = store.read_samples(T0, end, max_points=150)  # 24 h on the Fleet chart: 15 min tier
+    from_tier = store.read_samples(T0, end, max_points=150)  # 24 h on the Fleet chart: the 15 min tier
     per_target = from_tier.groupby("target").size()
     assert per_target.tolist() == [96, 96]  # ≥ half the pixels asked, not 17,280 rows
     # Every 15 min bucket holds whole 1 min cycles of k mod 12: its mean is i + 5.5/12 for target i.
@@ -90,10 +90,10 @@ def test_raw_rows_go_after_hours_and_the_rollups_keep_the_day(tmp_path: Path) ->
         end - 7 * DAY_S, raw_older_than_ts=end - 6 * 3600, minute_older_than_ts=end - 12 * 3600
     )
     assert removed == 18 * 720  # 18 of 24 hours of raw rows
-    day = store.read_samples(T0, end, max_points=1500)  # the 1 min tier has only 12 h left: 15 min serves
-    assert day["ts"].min() < T0 + 900
-    assert len(day) == 96
-    assert day["accept_length"].tolist() == pytest.approx([5.5 / 12] * 96)
+    day = store.read_samples(T0, end, max_points=1500)  # the 1 min tier has only 12 h left: 5 min serves
+    assert day["ts"].min() < T0 + 300
+    assert len(day) == 288
+    assert day["accept_length"].tolist() == pytest.approx([5.5 / 12] * 288)
     assert store.count_samples() == 6 * 720
     assert [s.target for s in store.latest(end - 60)] == ["t0"]
     store.close()
@@ -133,14 +133,13 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path: Path) -> None:
     assert version == (str(SCHEMA_VERSION),)
     assert store.count_samples() == 1440  # nothing lost
     assert [(s.target, s.ts) for s in store.latest()] == [("a", T0 + 3595.0), ("b", T0 + 3595.0)]
-    hour = store.read_samples(T0, T0 + 3600, max_points=30)  # 1 min tier, regrouped into 2 min buckets
+    hour = store.read_samples(T0, T0 + 3600, max_points=40)  # 1 min tier, regrouped into 90 s buckets
     a = hour[hour["target"] == "a"]["accept_length"].tolist()
-    assert len(a) == 30
+    assert 30 <= len(a) <= 40
     assert a[0] == pytest.approx(1.0 + 57.5 / 3600)  # mean of the first 24 samples' ts offsets
     store.close()
     again = SqliteStore(path)  # opening a migrated store again must not double the rollups
-    assert again.read_samples(T0, T0 + 3600, ["a"], max_points=30)["accept_length"].tolist() == pytest.approx(
-        a
-    )
+    reread = again.read_samples(T0, T0 + 3600, ["a"], max_points=40)["accept_length"].tolist()
+    assert reread == pytest.approx(a)
     assert not math.isnan(a[-1])
     again.close()
