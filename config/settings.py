@@ -86,7 +86,7 @@ class StoreSettings(_Settings):
         description="Hours of raw per-scrape rows kept; beyond, the rollup tiers serve (≤ retention_h).",
     )
     minute_retention_h: float = Field(
-        48.0, gt=0, description="Hours of the 1 min rollup tier kept; beyond, 15 min and 1 h tiers serve."
+        48.0, gt=0, description="Hours of the 1 min rollup tier kept; beyond, the coarser tiers serve."
     )
 
 
