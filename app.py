@@ -78,8 +78,22 @@ class Runtime:
 
 def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
     """Serve the simulated fleet on 127.0.0.1 and scrape it like any other (only this root may import sim)."""
+    from sim.fill import fill_store
     from sim.fleet import start_fleet
 
+    if sim.history_h and config.source == "direct":
+        try:  # a day of the fleet's past on first start, so the long ranges show something at once
+            fill_store(
+                config.store.path,
+                scenario=sim.scenario,
+                servers=sim.servers,
+                hours=sim.history_h,
+                raw_hours=min(config.store.raw_retention_h, config.store.retention_h),
+                step_s=config.scrape.interval_s,
+                seed=sim.seed,
+            )
+        except ValueError as exc:  # the store already has history (StoreNotEmptyError), or an odd interval
+            log.info("no simulated history written: %s", exc)
     fleet = start_fleet(sim)
     runtime.stoppers.append(fleet.stop)
     return config.model_copy(update={"targets": config.targets + fleet.targets})

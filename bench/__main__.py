@@ -50,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(available)})"
     )
     args = parser.parse_args(argv)
+    args.names = [
+        name.replace("-", "_") for name in args.names
+    ]  # scrape-vs-prometheus = scrape_vs_prometheus
     unknown = sorted(set(args.names) - set(available))
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; available: {', '.join(available)}")

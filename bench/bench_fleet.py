@@ -58,7 +58,7 @@ async def _serve(count: int) -> None:
         try:
             while True:  # keep-alive: one connection serves every cycle
                 head = await reader.readuntil(b"\r\n\r\n")
-                path = head.split(b" ", 2)[1]
+                path = head.split(b" ", 2)[1].split(b"?", 1)[0]  # like any server: the query is not the route
                 writer.write(responses.get(path, not_found))
                 await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError):

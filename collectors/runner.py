@@ -440,7 +440,12 @@ class Collector:
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY_S
         try:
-            removed = self._store.prune(now - self._config.store.retention_h * 3600.0)
+            store = self._config.store
+            removed = self._store.prune(
+                now - store.retention_h * 3600.0,
+                raw_older_than_ts=now - store.raw_retention_h * 3600.0,
+                minute_older_than_ts=now - store.minute_retention_h * 3600.0,
+            )
         except (StoreError, sqlite3.Error, OSError) as exc:
             self._store_failed(exc)
             return

@@ -86,6 +86,14 @@ class StoreSettings(_Settings):
         "data/history.sqlite", description="SQLite history file (WAL mode); created if missing."
     )
     retention_h: float = Field(168.0, gt=0, description="Hours of history kept; older rows are pruned.")
+    raw_retention_h: float = Field(
+        6.0,
+        gt=0,
+        description="Hours of raw per-scrape rows kept; beyond, the rollup tiers serve (≤ retention_h).",
+    )
+    minute_retention_h: float = Field(
+        48.0, gt=0, description="Hours of the 1 min rollup tier kept; beyond, the coarser tiers serve."
+    )
 
 
 class DeliverySettings(_Settings):
@@ -181,6 +189,12 @@ class SimSettings(_Settings):
         None, ge=1, le=2000, description="Number of servers (default: the scenario's)."
     )
     seed: int = Field(0, description="Random seed of the simulated workload.")
+    history_h: float = Field(
+        0.0,
+        ge=0,
+        le=400 * 24,
+        description="Hours of simulated history written into an empty store at start (sim history).",
+    )
 
 
 class ExporterSettings(_Settings):

@@ -3,6 +3,7 @@
 python -m sim --servers 500 --base-port 31000 --speed 10 --write-config fleet.yaml
 python -m sim --fleet incident.yaml          # a scenario file (its servers may pin ports)
 python -m sim --list                         # the built-in scenarios
+python -m sim history --config FILE --hours 24   # fill the config's store with 24 h of its simulated fleet
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from collectors.errors import StoreError
 from config import ConfigError
 from sim.fleet import SimFleet
 from sim.scenario import available_scenarios, load_scenario
@@ -42,9 +44,64 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+def _history_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim history",
+        description="Fill the configured history store with hours of the configured simulated fleet "
+        "(config `sim: {scenario, servers}`), every tier as the collector would have written it.",
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="specwatch config (YAML)")
+    parser.add_argument(
+        "--hours", type=float, required=True, metavar="H", help="hours of history, ending now"
+    )
+    return parser
+
+
+def history(argv: Sequence[str]) -> int:
+    """``python -m sim history``: a clear sentence and exit status 2 on bad input, never a traceback."""
+    from config import load_config
+    from sim.fill import StoreNotEmptyError, fill_store
+
+    parser = _history_parser()
     options = parser.parse_args(argv)
+    try:
+        config = load_config(options.config)
+    except (ConfigError, OSError) as exc:
+        parser.error(str(exc))
+    sim = config.sim
+    if sim is None:
+        parser.error(f"{options.config} has no `sim:` section: which simulated fleet should fill the store?")
+    try:
+        report = fill_store(
+            config.store.path,
+            scenario=sim.scenario,
+            servers=sim.servers,
+            hours=options.hours,
+            raw_hours=min(config.store.raw_retention_h, config.store.retention_h),
+            step_s=config.scrape.interval_s,
+            seed=sim.seed,
+            progress=lambda done: print(f"  {done}", file=sys.stderr, flush=True),
+        )
+    except StoreNotEmptyError as exc:
+        print(f"python -m sim history: {exc}", file=sys.stderr)
+        return 1
+    except (ConfigError, ValueError, StoreError) as exc:
+        parser.error(str(exc))
+    print(
+        f"wrote {report.hours:g} h of {report.servers} simulated servers into {config.store.path}: "
+        f"{report.raw_rows:,} raw rows, {report.rollup_samples:,} older scrapes as rollups, "
+        f"{report.events} events, in {report.seconds:.1f} s",
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["history"]:
+        return history(args[1:])
+    parser = _parser()
+    options = parser.parse_args(args)
     if options.list:
         for name in available_scenarios():
             description = " ".join(load_scenario(name).spec.description.split())

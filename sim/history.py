@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from collectors.model import Event, Recipe, Signals, TargetSnapshot
-from sim.scenario import expand_servers, load_scenario
+from sim.scenario import Scenario, ServerSpec, expand_servers, load_scenario
 from sim.server import SimServer
 
 # A window spans at least WINDOW_SAMPLES samples here (live servers keep SGLang's 40-step window, usually
@@ -140,6 +140,65 @@ def _failure(server: SimServer, now_s: float) -> str | None:
     return fault
 
 
+class Sampler:
+    """One simulated server sampled as the collector would scrape it: ``sample(t)`` for increasing ``t``
+    (scenario seconds) gives (up, error, signals) and records down/up events at unix ``start + t``."""
+
+    def __init__(self, server: SimServer, start_ts: float, recipes: dict[str, Recipe]) -> None:
+        self.server, self.start_ts, self.recipes = server, start_ts, recipes
+        self.name, self.deployment = server.spec.name, server.spec.deployment
+        self.events: list[Event] = []
+        self._deriver = _Deriver()
+        self._was_up, self._restarts = True, 0
+        self.recipe_id = server.recipe.recipe_id  # hashing the flags is not free: once per recipe
+        recipes[self.recipe_id] = server.recipe
+
+    def sample(self, t: float) -> tuple[bool, str | None, Signals]:
+        server = self.server
+        server.advance(t)
+        ts = self.start_ts + t
+        if server.restarts != self._restarts:
+            self._restarts = server.restarts
+            recipe = server.recipe
+            self.recipe_id = recipe.recipe_id
+            self.recipes[self.recipe_id] = recipe
+            self._deriver.reset()  # counters reset: the collector's deltas restart too
+        failure = _failure(server, t)
+        if failure is not None:
+            if self._was_up:
+                self.events.append(Event(ts, self.name, "down", _ERRORS[failure]))
+            self._was_up = False
+            return False, _ERRORS[failure], _UNKNOWN
+        if not self._was_up:
+            self.events.append(Event(ts, self.name, "up", "scrapes succeed again"))
+            self._was_up = True
+        return True, None, self._deriver.derive(server, ts)
+
+    def server_events(self, duration_s: float) -> list[Event]:
+        """Restarts and recipe changes of the server within [0, duration_s], at unix timestamps."""
+        return [
+            Event(self.start_ts + e.ts, e.target, e.kind, e.detail)
+            for e in self.server.events
+            if e.kind in ("restart", "recipe_change") and 0 <= e.ts <= duration_s
+        ]
+
+
+_UNKNOWN = Signals()
+
+
+def sim_server(spec: ServerSpec, index: int, seed: int, scenario: Scenario, window_s: float) -> SimServer:
+    """A server of ``scenario`` driven by ``advance`` alone, publishing windows at least ``window_s`` long."""
+    return SimServer(
+        spec,
+        index=index,
+        seed=seed,
+        clock=lambda: 0.0,
+        boot_s=scenario.spec.boot_s,
+        warmup_s=scenario.spec.warmup_s,
+        min_window_s=window_s,
+    )
+
+
 def synthesize_history(
     scenario: str | Path = "demo",
     *,
@@ -165,54 +224,21 @@ def synthesize_history(
     events: list[Event] = []
     recipes: dict[str, Recipe] = {}
     for index, spec in enumerate(specs):
-        server = SimServer(
-            spec,
-            index=index,
-            seed=seed,
-            clock=lambda: 0.0,
-            boot_s=loaded.spec.boot_s,
-            warmup_s=loaded.spec.warmup_s,
-            min_window_s=WINDOW_SAMPLES * step_s,
-        )
-        deriver = _Deriver()
-        recipe = server.recipe
-        recipe_id = recipe.recipe_id  # hashing the flags is not free: once per recipe
-        recipes[recipe_id] = recipe
-        was_up, restarts = True, 0
+        sampler = Sampler(sim_server(spec, index, seed, loaded, WINDOW_SAMPLES * step_s), start, recipes)
         for k in range(1, samples + 1):
-            t = k * step_s
-            server.advance(t)
-            ts = start + t
-            if server.restarts != restarts:
-                restarts = server.restarts
-                recipe = server.recipe
-                recipe_id = recipe.recipe_id
-                recipes[recipe_id] = recipe
-                deriver.reset()  # counters reset: the collector's deltas restart too
-            failure = _failure(server, t)
-            if failure is not None:
-                if was_up:
-                    events.append(Event(ts, spec.name, "down", _ERRORS[failure]))
-                was_up = False
-                snapshots.append(
-                    TargetSnapshot(
-                        spec.name, ts, False, _ERRORS[failure], Signals(), recipe_id, spec.deployment
-                    )
-                )
-                continue
-            if not was_up:
-                events.append(Event(ts, spec.name, "up", "scrapes succeed again"))
-                was_up = True
-            signals = deriver.derive(server, ts)
+            up, error, signals = sampler.sample(k * step_s)
             snapshots.append(
                 TargetSnapshot(
-                    spec.name, ts, True, None, signals, recipe_id, spec.deployment, scrape_duration_s=0.004
+                    spec.name,
+                    start + k * step_s,
+                    up,
+                    error,
+                    signals,
+                    sampler.recipe_id,
+                    spec.deployment,
+                    scrape_duration_s=0.004 if up else None,
                 )
             )
-        events += [
-            Event(start + e.ts, e.target, e.kind, e.detail)
-            for e in server.events
-            if e.kind in ("restart", "recipe_change") and 0 <= e.ts <= duration_s
-        ]
+        events += sampler.events + sampler.server_events(duration_s)
     events.sort(key=lambda e: e.ts)
     return snapshots, events, recipes

@@ -25,6 +25,7 @@ from sim.engine import ServerEngine
 from sim.exposition import Renderer
 from sim.families import Identity, MetricValues, SglangCollector
 from sim.info import model_info, models_list, server_info
+from sim.names import Names, requested_names, restrict
 from sim.recipes import recipe_of, resolve_server_args
 from sim.scenario import Action, ServerSpec
 from sim.values import metric_values
@@ -101,6 +102,8 @@ class SimServer:
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(SglangCollector(self._metric_values, self._identity))
         self._cache: dict[tuple[object, ...], tuple[bytes, str]] = {}
+        # False: name[] gets SGLang 0.5.23's empty answer; True: a registry resolving names (sim/names.py).
+        self.honours_name_filter = False
         self._renderer = Renderer()
         self.on_change: Callable[[SimServer], None] | None = None  # the fleet opens/closes the port
 
@@ -135,6 +138,12 @@ class SimServer:
         )
         engine.horizon_s = self.spec.timeline.next_after(start_s)
         return engine
+
+    def set_min_window_s(self, seconds: float) -> None:
+        """Publish decode-log windows at least this long from the next one on (history synthesis: cheaper)."""
+        with self._lock:
+            self._min_window_s = seconds
+            self.engine.min_window_s = seconds
 
     # -- time ------------------------------------------------------------------------------------------------
     def advance(self, now_s: float) -> None:
@@ -255,11 +264,11 @@ class SimServer:
     # -- HTTP ------------------------------------------------------------------------------------------------
     def handle(self, method: str, path: str, headers: dict[str, str]) -> Reply:
         """Answer one request as SGLang 0.5.23 would (``headers`` have lower-case names)."""
-        route = path.split("?", 1)[0]
+        route, _, query = path.partition("?")
         with self._lock:
             now = self._clock()
             self.advance(now)
-            reply = self._route(method, route, headers)
+            reply = self._route(method, route, headers, query)
             if route in ROUTES:
                 self._http_requests[(route, method)] += 1
                 self._http_responses[(route, method, str(reply.status))] += 1
@@ -269,7 +278,7 @@ class SimServer:
                 reply.delay_s = self.fault_delay_s
             return reply
 
-    def _route(self, method: str, route: str, headers: dict[str, str]) -> Reply:
+    def _route(self, method: str, route: str, headers: dict[str, str], query: str = "") -> Reply:
         if route not in ROUTES:
             return _json(404, {"detail": "Not Found"})
         if method not in ("GET", "HEAD"):
@@ -278,7 +287,7 @@ class SimServer:
         if route == "/metrics":
             if garbage:
                 return Reply(200, GARBAGE_METRICS, {"Content-Type": "text/html; charset=utf-8"})
-            return self._metrics(headers)
+            return self._metrics(headers, requested_names(query) if query else None)
         if route in ("/server_info", "/get_server_info"):
             if garbage:
                 return Reply(200, GARBAGE_JSON, {"Content-Type": "application/json"})
@@ -306,17 +315,20 @@ class SimServer:
             streamed_share=engine.streamed_share(self._clock()),
         )
 
-    def _metrics(self, headers: dict[str, str]) -> Reply:
+    def _metrics(self, headers: dict[str, str], names: Names | None = None) -> Reply:
         _, content_type = choose_encoder(headers.get("accept", ""))
         compress = "gzip" in headers.get("accept-encoding", "")
         # Gauges change once per decode-log window, per-batch counters in eighths of it: a body is rendered
-        # once per eighth of a window, encoding and compression.
+        # once per eighth of a window, encoding, compression and name[] filter.
         share = self.engine.streamed_share(self._clock())
-        key = (self.restarts, self.engine.published.at_s, share, content_type, compress)
+        filtered = None if names is None else (names, self.honours_name_filter)
+        key = (self.restarts, self.engine.published.at_s, share, content_type, compress, filtered)
         cached = self._cache.get(key)
         if cached is None:
             self._cache = {k: v for k, v in self._cache.items() if k[:2] == key[:2]}
             body = self.render_body(headers.get("accept", ""))
+            if names is not None:  # as prometheus_client's restricted registry (sim/names.py)
+                body = restrict(body, names if self.honours_name_filter else frozenset())
             cached = (gzip.compress(body, compresslevel=1) if compress else body, content_type)
             self._cache[key] = cached
         out_headers = {"Content-Type": cached[1]}

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import requests
 import urllib3.exceptions
 
-from collectors.direct.exposition import Exposition, parse_exposition
+from collectors.direct.exposition import SIGNAL_SAMPLES, Exposition, parse_exposition
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,
@@ -34,6 +34,17 @@ from config import ScrapeSettings, Target
 # merely mentions it, whatever the q-values, and ≥ 0.23 then renames sglang:* to sglang_*. The parser reads
 # both anyway.
 METRICS_ACCEPT = "text/plain;version=0.0.4,*/*;q=0.1"
+# prometheus_client (SGLang's /metrics) honours name[]: only these samples come back (histograms as _sum and
+# _count, no buckets), ~25 lines instead of ~560. A server that ignores the filter sends the whole body, which
+# parses the same. Both spellings are asked for (a newer prometheus_client writes sglang_ sample names), so
+# either kind of server answers with its samples.
+METRICS_PATH = "/metrics?" + urlencode(
+    [
+        ("name[]", spelling)
+        for name in SIGNAL_SAMPLES
+        for spelling in (name, name.replace("sglang:", "sglang_", 1))
+    ]
+)
 _CHUNK_BYTES = 64 * 1024
 REDACTED = "<redacted>"
 
@@ -137,6 +148,7 @@ class Fetcher:
         self._session = session
         self._settings = settings
         self.max_samples = settings.max_samples
+        self.unfiltered: set[str] = set()  # target URLs whose name[]-filtered /metrics held no signal
         self._monotonic = monotonic
         self._environ = environ
 
@@ -177,7 +189,8 @@ class Fetcher:
         if deadline is None:
             deadline = started + self._settings.timeout_s
         url = target.url + path
-        shown = safe_url(url)
+        route, _, query = path.partition("?")
+        shown = safe_url(target.url + route) + ("?…" if query else "")  # messages need no 2 KB of name[]
         headers = self._headers(target, accept)
         remaining = deadline - started
         if remaining <= 0:
@@ -274,8 +287,18 @@ class Fetcher:
 def scrape_metrics(
     fetcher: Fetcher, target: Target, *, deadline: float | None = None
 ) -> tuple[Exposition, Fetched]:
-    """GET /metrics and read the samples the signals need; ``BadExposition`` names the target."""
-    fetched = fetcher.get(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
+    """GET /metrics (only the samples the signals need) and read them; ``BadExposition`` names the target.
+
+    A filtered answer without a single sglang sample — SGLang 0.5.23's own answer: its MultiProcessCollector
+    has no names, so prometheus_client's restricted registry sends nothing — is fetched again whole, and that
+    target is asked for the whole body from then on (one wasted request per target per collector run).
+    """
+    filtered = target.url not in fetcher.unfiltered
+    path = METRICS_PATH if filtered else "/metrics"
+    fetched = fetcher.get(target, path, deadline=deadline, accept=METRICS_ACCEPT)
+    if filtered and b"sglang" not in fetched.body:  # SGLang 0.5.23 answers name[] with an empty body
+        fetcher.unfiltered.add(target.url)
+        fetched = fetcher.get(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
     try:
         exposition = parse_exposition(
             fetched.body, content_type=fetched.content_type, max_samples=fetcher.max_samples

@@ -96,8 +96,15 @@ class PrometheusHistory:
     def put_recipe(self, recipe: Recipe, ts: float) -> None:
         self._meta.put_recipe(recipe, ts)
 
-    def prune(self, older_than_ts: float) -> int:
+    def prune(
+        self,
+        older_than_ts: float,
+        *,
+        raw_older_than_ts: float | None = None,
+        minute_older_than_ts: float | None = None,
+    ) -> int:
         """Prometheus keeps its own retention; only old events and recipes of the SQLite side go."""
+        del raw_older_than_ts, minute_older_than_ts  # no samples here
         return self._meta.prune(older_than_ts)
 
     @property

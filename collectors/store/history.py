@@ -1,8 +1,10 @@
 """History storage: a small interface and its embedded SQLite (WAL) implementation.
 
-Rows are one per target per cycle (wide: one column per signal), so a target's history is one indexed range
-scan
-and long ranges are downsampled in SQL (average per time bucket) before they reach pandas or a browser.
+Raw rows are one per target per cycle (wide: one column per signal), kept for hours. Rollup tiers (1 min,
+15 min, 1 h: count, mean, min, max, last per signal; ``tiers.py``) are written beside them as samples arrive
+and kept for days, and a read picks the coarsest tier that still fills its pixel width: a 24 h Fleet chart
+reads ~100 rows per target instead of bucketing 17,280. ``latest_samples`` holds each target's last-written
+row, so "the fleet now" is one small table, not a scan.
 """
 
 from __future__ import annotations
@@ -18,26 +20,28 @@ import pandas as pd
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
 from collectors.store.connections import ThreadConnections
-
-SCHEMA_VERSION = 1
-
-_SAMPLE_COLUMNS: tuple[str, ...] = (
-    "ts",
-    "target",
-    "up",
-    "error",
-    "recipe_id",
-    "deployment",
-    "scrape_duration_s",
-    *SIGNAL_NAMES,
+from collectors.store.migrate import backfill
+from collectors.store.reads import SAMPLE_COLUMNS as _SAMPLE_COLUMNS
+from collectors.store.reads import frame_of, raw_sql, tier_sql
+from collectors.store.tiers import (
+    MINUTE_TIER,
+    TIERS,
+    Batch,
+    partial_rows,
+    pick_tier,
+    schema_sql,
+    upsert_sql,
 )
+
+SCHEMA_VERSION = 2  # 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open)
+
+_SIGNAL_COLUMNS = ", ".join(f"{name} REAL" for name in SIGNAL_NAMES)
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS samples (
     ts REAL NOT NULL, target TEXT NOT NULL, up INTEGER NOT NULL, error TEXT, recipe_id TEXT,
-    deployment TEXT NOT NULL DEFAULT '', scrape_duration_s REAL,
-    {", ".join(f"{name} REAL" for name in SIGNAL_NAMES)}
+    deployment TEXT NOT NULL DEFAULT '', scrape_duration_s REAL, {_SIGNAL_COLUMNS}
 );
 CREATE INDEX IF NOT EXISTS samples_target_ts ON samples (target, ts);
 CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
@@ -46,7 +50,24 @@ CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
 CREATE TABLE IF NOT EXISTS recipes (
     recipe_id TEXT PRIMARY KEY, flags TEXT NOT NULL, first_seen REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS latest_samples (
+    ts REAL NOT NULL, target TEXT PRIMARY KEY, up INTEGER NOT NULL, error TEXT, recipe_id TEXT,
+    deployment TEXT NOT NULL DEFAULT '', scrape_duration_s REAL, {_SIGNAL_COLUMNS}
+);
+CREATE INDEX IF NOT EXISTS latest_samples_ts ON latest_samples (ts);
+{"".join(schema_sql(tier) for tier in TIERS)}
 """
+
+_INSERT_RAW = (
+    f"INSERT INTO samples ({', '.join(_SAMPLE_COLUMNS)}) VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)})"
+)
+# Each target's last-written row (upserts run in write order, so the last one written wins).
+_UPSERT_LATEST = (
+    f"INSERT INTO latest_samples ({', '.join(_SAMPLE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)}) ON CONFLICT (target) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _SAMPLE_COLUMNS if c != "target")
+)
+_UPSERTS = {tier.table: upsert_sql(tier) for tier in TIERS}
 
 
 class HistoryStore(Protocol):
@@ -63,13 +84,32 @@ class HistoryStore(Protocol):
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
     ) -> list[Event]: ...
-    def prune(self, older_than_ts: float) -> int: ...
+    def prune(
+        self,
+        older_than_ts: float,
+        *,
+        raw_older_than_ts: float | None = None,
+        minute_older_than_ts: float | None = None,
+    ) -> int: ...
     def count_samples(self) -> int: ...
     def close(self) -> None: ...
 
 
 def _placeholders(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
+
+
+def _row_of(s: TargetSnapshot) -> tuple[object, ...]:
+    return (
+        s.ts,
+        s.target,
+        int(s.up),
+        s.error,
+        s.recipe_id,
+        s.deployment,
+        s.scrape_duration_s,
+        *(getattr(s.signals, name) for name in SIGNAL_NAMES),
+    )
 
 
 class SqliteStore:
@@ -89,20 +129,43 @@ class SqliteStore:
     def _migrate(self) -> None:
         connection = self._connect()
         try:
-            with connection:
-                connection.executescript(_SCHEMA)
-                row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    connection.execute(
-                        "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                    )
-                elif int(row[0]) > SCHEMA_VERSION:
+            row = self._schema_version(connection)
+            if row == SCHEMA_VERSION:
+                return  # the common case, and a read-only viewer's: no write transaction at all
+            connection.execute("BEGIN IMMEDIATE")  # one migrator at a time, even across processes
+            try:
+                found = self._schema_version(connection)  # another process may have migrated meanwhile
+                if found is not None and found > SCHEMA_VERSION:
                     raise StoreError(
-                        f"history store {self.path} has schema {row[0]}, newer than this specwatch "
+                        f"history store {self.path} has schema {found}, newer than this specwatch "
                         f"({SCHEMA_VERSION}); upgrade specwatch or point store.path elsewhere"
                     )
+                if found != SCHEMA_VERSION:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            connection.execute(statement)
+                    if found is not None:  # an older store: fill the new tables from its raw rows
+                        backfill(connection, _SAMPLE_COLUMNS, self._write_rollups)
+                    connection.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
         except sqlite3.Error as exc:
             raise StoreError(f"cannot initialise history store {self.path}: {exc}") from exc
+
+    @staticmethod
+    def _schema_version(connection: sqlite3.Connection) -> int | None:
+        has_meta = connection.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()
+        if has_meta is None:
+            return None
+        row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return None if row is None else int(row[0])
 
     def _write(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
         try:
@@ -120,23 +183,61 @@ class SqliteStore:
 
     # -- writes ----------------------------------------------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
-        sql = f"INSERT INTO samples ({', '.join(_SAMPLE_COLUMNS)}) VALUES ({_placeholders(_SAMPLE_COLUMNS)})"
-        self._write(
-            sql,
-            (
-                (
-                    s.ts,
-                    s.target,
-                    int(s.up),
-                    s.error,
-                    s.recipe_id,
-                    s.deployment,
-                    s.scrape_duration_s,
-                    *(getattr(s.signals, name) for name in SIGNAL_NAMES),
+        """Raw rows, every rollup tier and each target's latest row, in one transaction (one per cycle)."""
+        if not snapshots:
+            return
+        rows = [_row_of(s) for s in snapshots]
+        try:
+            connection = self._connect()
+            with connection:
+                connection.executemany(_INSERT_RAW, rows)
+                connection.executemany(_UPSERT_LATEST, rows)
+                self._write_rollups(connection, Batch.of(snapshots))
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
+
+    def append_rollups(self, batch: Batch | None, latest: Sequence[TargetSnapshot] = ()) -> None:
+        """Rollup tiers only (history older than raw retention, e.g. ``python -m sim history``), and each of
+        ``latest`` as its target's newest row unless a newer one is held."""
+        try:
+            connection = self._connect()
+            with connection:
+                if batch is not None:
+                    self._write_rollups(connection, batch)
+                connection.executemany(
+                    _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts", [_row_of(s) for s in latest]
                 )
-                for s in snapshots
-            ),
-        )
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
+
+    def append_raw(self, rows: Iterable[Sequence[object]]) -> None:
+        """Raw ``samples`` rows only (_SAMPLE_COLUMNS order); their rollups go through ``append_rollups``."""
+        self._write(_INSERT_RAW, rows)
+
+    def drop_raw_indexes(self) -> None:
+        """Before a bulk load into an empty store (rows go in faster); ``rebuild_indexes`` restores them."""
+        try:
+            with self._connect() as connection:
+                for index in ("samples_target_ts", "samples_ts"):
+                    connection.execute(f"DROP INDEX IF EXISTS {index}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: cannot drop indexes: {exc}") from exc
+
+    def rebuild_indexes(self) -> None:
+        """Every index of the schema that is missing (one sort per index)."""
+        connection = self._connect()
+        try:
+            with connection:
+                for statement in _SCHEMA.split(";"):
+                    if "CREATE INDEX" in statement:
+                        connection.execute(statement)
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: cannot build indexes: {exc}") from exc
+
+    @staticmethod
+    def _write_rollups(connection: sqlite3.Connection, batch: Batch) -> None:
+        for tier in TIERS:
+            connection.executemany(_UPSERTS[tier.table], partial_rows(batch, tier))
 
     def add_events(self, events: Sequence[Event]) -> None:
         self._write(
@@ -150,12 +251,27 @@ class SqliteStore:
             [(recipe.recipe_id, json.dumps(recipe.as_dict()), ts)],
         )
 
-    def prune(self, older_than_ts: float) -> int:
+    def prune(
+        self,
+        older_than_ts: float,
+        *,
+        raw_older_than_ts: float | None = None,
+        minute_older_than_ts: float | None = None,
+    ) -> int:
+        """Drop everything older than ``older_than_ts``, and raw rows and the 1 min tier older than their own
+        (later) cut-offs if given. Returns how many raw rows went."""
+        raw_cut = max(older_than_ts, raw_older_than_ts if raw_older_than_ts is not None else older_than_ts)
+        cuts = {tier.table: older_than_ts for tier in TIERS}
+        if minute_older_than_ts is not None:
+            cuts[MINUTE_TIER.table] = max(older_than_ts, minute_older_than_ts)
         try:
             connection = self._connect()
             with connection:
-                removed = connection.execute("DELETE FROM samples WHERE ts < ?", (older_than_ts,)).rowcount
+                removed = connection.execute("DELETE FROM samples WHERE ts < ?", (raw_cut,)).rowcount
                 connection.execute("DELETE FROM events WHERE ts < ?", (older_than_ts,))
+                connection.execute("DELETE FROM latest_samples WHERE ts < ?", (older_than_ts,))
+                for table, cut in cuts.items():
+                    connection.execute(f"DELETE FROM {table} WHERE bucket_ts < ?", (cut,))
             return int(removed)
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: prune failed: {exc}") from exc
@@ -171,64 +287,48 @@ class SqliteStore:
     def latest(self, since_ts: float | None = None) -> list[TargetSnapshot]:
         """The newest snapshot of each target (seen after ``since_ts``, if given), ordered by target.
 
-        Newest means last written (rowid), not largest ``ts``: after the wall clock steps back, rows stamped
-        in the "future" must not hide what was scraped since. Snapshots are written in scrape order.
+        Newest means last written, not largest ``ts``: after the wall clock steps back, rows stamped in the
+        "future" must not hide what was scraped since (``latest_samples`` keeps the last row written).
         """
         where = "WHERE ts >= ?" if since_ts is not None else ""
         params: tuple[object, ...] = (since_ts,) if since_ts is not None else ()
         rows = self._query(
-            f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM samples WHERE rowid IN "
-            f"(SELECT MAX(rowid) FROM samples {where} GROUP BY target) "
-            "ORDER BY target",
-            params,
+            f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM latest_samples {where} ORDER BY target", params
         )
         return [_snapshot_from_row(row) for row in rows]
 
     def read_samples(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, max_points: int = 2000
     ) -> pd.DataFrame:
-        """Samples in [start_ts, end_ts], at most ``max_points`` per target (bucket means beyond that).
+        """Samples in [start_ts, end_ts], at most ``max_points`` per target: raw rows, or means per bucket
+        from the coarsest rollup tier that still gives at least half of ``max_points`` (``pick_tier``).
 
         Columns: ts (unix s), target, up, error, recipe_id, deployment, scrape_duration_s, then SIGNAL_NAMES.
         """
-        where = ["ts >= ?", "ts <= ?"]
+        if targets is not None and not targets:
+            return _empty_frame()
+        tier = pick_tier(end_ts - start_ts, max_points, self._oldest(), start_ts)
+        column = "ts" if tier is None else "bucket_ts"
+        where = [f"{column} >= ?", f"{column} <= ?"]
         params: list[object] = [start_ts, end_ts]
         if targets is not None:
-            if not targets:
-                return _empty_frame()
             where.append(f"target IN ({_placeholders(targets)})")
             params.extend(targets)
         clause = " AND ".join(where)
-        counts = self._query(f"SELECT COUNT(*), COUNT(DISTINCT target) FROM samples WHERE {clause}", params)
-        total, distinct = (int(str(v)) for v in counts[0])
-        if total == 0:
+        sql = raw_sql(clause) if tier is None else tier_sql(tier, clause)
+        rows = self._query(sql, params)
+        if not rows:
             return _empty_frame()
-        if total <= max_points * max(distinct, 1):
-            rows = self._query(
-                f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM samples WHERE {clause} ORDER BY target, ts", params
-            )
-        else:
-            bucket_s = max((end_ts - start_ts) / max_points, 1e-9)
-            aggregates = [
-                "AVG(ts)",
-                "target",
-                "MIN(up)",
-                "MAX(error)",
-                "MAX(recipe_id)",
-                "MAX(deployment)",
-                "AVG(scrape_duration_s)",
-                *(f"AVG({name})" for name in SIGNAL_NAMES),
-            ]
-            rows = self._query(
-                f"SELECT {', '.join(aggregates)} FROM samples WHERE {clause} "
-                f"GROUP BY target, CAST((ts - ?) / ? AS INTEGER) ORDER BY target, 1",
-                [*params, start_ts, bucket_s],
-            )
-        frame = pd.DataFrame.from_records(rows, columns=list(_SAMPLE_COLUMNS))
-        frame["up"] = frame["up"].astype(bool)
-        for name in ("scrape_duration_s", *SIGNAL_NAMES):
-            frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
-        return frame
+        return frame_of(rows, start_ts, max((end_ts - start_ts) / max(max_points, 1), 1e-9), max_points)
+
+    def _oldest(self) -> dict[float, float | None]:
+        """The oldest timestamp of the raw rows (key 0) and of each tier: MIN over an index, a few pages."""
+        found: dict[float, float | None] = {}
+        sources = [(0.0, "samples", "ts"), *((t.seconds, t.table, "bucket_ts") for t in TIERS)]
+        for seconds, table, column in sources:
+            value = self._query(f"SELECT MIN({column}) FROM {table}")[0][0]
+            found[seconds] = None if value is None else float(str(value))
+        return found
 
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
@@ -248,7 +348,11 @@ class SqliteStore:
         ]
 
     def count_samples(self) -> int:
-        return int(str(self._query("SELECT COUNT(*) FROM samples")[0][0]))
+        """Raw rows plus the samples the 1 min tier holds beyond them (0 means nothing was ever collected)."""
+        raw = int(str(self._query("SELECT COUNT(*) FROM samples")[0][0]))
+        if raw:
+            return raw
+        return int(str(self._query(f"SELECT COALESCE(SUM(n), 0) FROM {MINUTE_TIER.table}")[0][0]))
 
     def close(self) -> None:
         self._connections.close_all()

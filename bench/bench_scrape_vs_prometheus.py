@@ -1,0 +1,176 @@
+"""Scrape cost against the anchor: the same simulated fleet scraped every 5 s by the collector
+(``python -m collectors``) and by a real Prometheus (Debian's), one after the other in the same run.
+
+Three phases per size: the collector against servers that answer ``name[]`` as SGLang 0.5.23 does (empty:
+the collector falls back to whole bodies), the collector against servers whose registry resolves ``name[]``
+(~25 lines per body), then Prometheus (whole bodies). The fleet runs in this process; the collector and
+Prometheus are child processes whose CPU (utime + stime from /proc/PID/stat) is read over a measured window
+after a warm-up. Scrapes are counted where they land: the simulated servers' own /metrics request counters.
+CPU per server-scrape = CPU seconds / scrapes. Prometheus stores every sample of every body; the collector
+stores ~25 signals per server and cycle.
+
+Knobs (environment): SPECWATCH_BENCH_SCRAPE_SIZES (100,500,1000), SPECWATCH_BENCH_SCRAPE_WINDOW_S (25),
+SPECWATCH_BENCH_SCRAPE_WARMUP_S (8).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+from bench.bench_prometheus import _free_port
+from sim.fleet import SimFleet
+
+INTERVAL_S = 5
+TIMEOUT_S = 3
+_TICKS = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15 of stat)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _scrapes(fleet: SimFleet) -> int:
+    return sum(server._http_requests[("/metrics", "GET")] for server in fleet.servers)
+
+
+def _measure(
+    process: subprocess.Popen[bytes], fleet: SimFleet, warmup_s: float, window_s: float
+) -> dict[str, float]:
+    time.sleep(warmup_s)
+    if process.poll() is not None:
+        raise RuntimeError(f"the measured process exited with {process.returncode} during warm-up")
+    cpu0, scrapes0, t0 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    time.sleep(window_s)
+    cpu1, scrapes1, t1 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    cpu, scrapes = cpu1 - cpu0, scrapes1 - scrapes0
+    return {
+        "cpu_s": round(cpu, 2),
+        "scrapes": scrapes,
+        "expected_scrapes": round(len(fleet.servers) * (t1 - t0) / INTERVAL_S),
+        "cpu_ms_per_scrape": round(1000 * cpu / max(scrapes, 1), 3),
+        "cores": round(cpu / (t1 - t0), 3),
+        "peak_rss_mb": round(_rss_mb(process.pid)),
+    }
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def _collector(fleet: SimFleet, folder: Path) -> subprocess.Popen[bytes]:
+    config = fleet.write_config(
+        folder / "collector.yaml",
+        scrape={"interval_s": INTERVAL_S, "timeout_s": TIMEOUT_S},
+        store={"path": str(folder / "history.sqlite")},
+        exporter={"listen": None},
+    )
+    log = (folder / "collector.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "collectors", "--config", str(config)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _prometheus(fleet: SimFleet, folder: Path) -> subprocess.Popen[bytes]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise RuntimeError("prometheus is not installed (apt-get install prometheus)")
+    targets = ", ".join(f"'127.0.0.1:{server.port}'" for server in fleet.servers)
+    config = folder / "prometheus.yml"
+    config.write_text(
+        f"global: {{scrape_interval: {INTERVAL_S}s, scrape_timeout: {TIMEOUT_S}s}}\n"
+        f"scrape_configs:\n  - job_name: sglang\n    static_configs:\n      - targets: [{targets}]\n"
+    )
+    port = _free_port()
+    log = (folder / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).status_code == 200:
+                return process
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    _stop(process)
+    raise RuntimeError("prometheus did not become ready")
+
+
+def main() -> dict[str, object]:
+    sizes = [int(s) for s in os.environ.get("SPECWATCH_BENCH_SCRAPE_SIZES", "100,500,1000").split(",") if s]
+    window_s = float(os.environ.get("SPECWATCH_BENCH_SCRAPE_WINDOW_S", "25"))
+    warmup_s = float(os.environ.get("SPECWATCH_BENCH_SCRAPE_WARMUP_S", "8"))
+    result: dict[str, object] = {"interval_s": INTERVAL_S, "window_s": window_s, "warmup_s": warmup_s}
+    for size in sizes:
+        fleet = SimFleet("demo", servers=size).start()
+        try:
+            with tempfile.TemporaryDirectory(prefix="specwatch-bench-scrape-") as tmp:
+                folder = Path(tmp)
+                collector = _collector(fleet, folder)
+                try:
+                    ours = _measure(collector, fleet, warmup_s, window_s)
+                finally:
+                    _stop(collector)
+                store_bytes = sum(p.stat().st_size for p in folder.glob("history.sqlite*"))
+                for server in fleet.servers:  # a registry that resolves name[]: ~25 lines per body
+                    server.honours_name_filter = True
+                collector = _collector(fleet, folder)
+                try:
+                    filtered = _measure(collector, fleet, warmup_s, window_s)
+                finally:
+                    _stop(collector)
+                prometheus = _prometheus(fleet, folder)
+                try:
+                    theirs = _measure(prometheus, fleet, warmup_s, window_s)
+                finally:
+                    _stop(prometheus)
+        finally:
+            fleet.stop()
+        result[f"servers_{size}"] = {
+            "collector": ours,  # SGLang 0.5.23 answers name[] empty: whole bodies, as in production today
+            "collector_name_filter_honoured": filtered,
+            "prometheus": theirs,
+            "cpu_per_scrape_vs_prometheus": round(
+                ours["cpu_ms_per_scrape"] / max(theirs["cpu_ms_per_scrape"], 1e-9), 2
+            ),
+            "filtered_cpu_per_scrape_vs_prometheus": round(
+                filtered["cpu_ms_per_scrape"] / max(theirs["cpu_ms_per_scrape"], 1e-9), 2
+            ),
+            "collector_store_bytes": store_bytes,
+        }
+    largest = result.get(f"servers_{max(sizes)}")
+    if isinstance(largest, dict):
+        result["met"] = {
+            "cpu_per_scrape_le_half_prometheus": largest["cpu_per_scrape_vs_prometheus"] <= 0.5,
+            "cores_at_largest_le_0.5": largest["collector"]["cores"] <= 0.5,
+        }
+    return result
