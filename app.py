@@ -21,10 +21,10 @@ import streamlit as st
 from alerts.service import Service
 from collectors.runner import CollectorHealth
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
-from views import data, gate
-from views.pages import PAGES
-from views.shell import PageContext, time_range_picker
-from views.ui import plain
+from views import access, data
+from views.blocks import plain
+from views.menu import PAGES
+from views.page_context import PageContext, time_range_picker
 
 log = logging.getLogger("specwatch.app")
 
@@ -162,7 +162,7 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
         None if config is None else start_runtime(config.model_dump_json(), config, not args.no_collector)
     )
     # The gate comes before a broken config's text, the sidebar or any history is shown.
-    if not gate.require_access(config.dashboard if config is not None else DashboardSettings(), env):
+    if not access.require_access(config.dashboard if config is not None else DashboardSettings(), env):
         # Register the pages (never run) so a deep link (/server?server=k3-7) still opens after signing in.
         st.navigation(
             [st.Page(_locked, title=p.title, url_path=p.url_path) for p in PAGES], position="hidden"

@@ -1,5 +1,6 @@
 """Pure chart builders of the analysis pages: accept length against context and batch, the ratio split,
-state pool vs KV, and recipe comparisons with noise bands. DataFrame in, chart out (see ``views.charts``).
+state pool vs KV, and recipe comparisons with noise bands. DataFrame in, chart out
+(see ``views.time_charts``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from views.charts import (
+from views.fraction import FractionRatio, Log2Fit
+from views.time_charts import (
     BINDING_COLORS,
     K_TOKENS_LABEL,
     NUMBER_FORMAT,
@@ -19,7 +21,6 @@ from views.charts import (
     thin,
     top_chart,
 )
-from views.fraction import FractionRatio, Log2Fit
 
 
 # -- context and batch -------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.model import loss_shares
-from views.frames import measured_tok_s_per_request
+from views.fleet_frames import measured_tok_s_per_request
 
 # Run-to-run noise of one throughput measurement (seed: 8–10% on random-token traffic). A ratio closer to 1
 # than this is reported as "within noise"; the Recipes page lets the reader change it.

@@ -19,7 +19,7 @@ from config import Config
 from sim.fleet import SimFleet
 from tests.security.hostile import canary
 from tests.views.conftest import page_test
-from views.pages import PAGES
+from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("app.py", "config", "collectors", "alerts", "views", "sim", "bench")

@@ -22,7 +22,7 @@ import yaml
 from collectors.store.history import SqliteStore
 from sim.history import synthesize_history
 from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
-from views.pages import PAGES
+from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"

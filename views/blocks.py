@@ -14,7 +14,7 @@ import streamlit as st
 
 from collectors.errors import CollectorError
 from views import data
-from views.shell import PageContext, format_age
+from views.page_context import PageContext, format_age
 
 DASH = "—"
 

@@ -11,8 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, data, frames, ui
-from views.context import prepare
+from views import analysis_charts, blocks, data, fleet_frames
 from views.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
@@ -22,7 +21,8 @@ from views.fraction import (
     summarize,
     times,
 )
-from views.shell import PageContext
+from views.page_context import PageContext
+from views.pages.context import prepare
 
 RECIPE_POINTS = 300  # per target, as on the Context page
 
@@ -33,18 +33,18 @@ def render(ctx: PageContext) -> None:
         "Compare recipes only where the workload matches: same concurrency bin, same context bin. A knob "
         "usually wins one half of the fraction at the other's expense — read both halves."
     )
-    with ui.store_errors():
+    with blocks.store_errors():
         _, history = data.fleet_samples(ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, RECIPE_POINTS)
         usable = prepare(history)
         if usable.empty:
-            ui.explain_no_samples(ctx, "recipe samples")
+            blocks.explain_no_samples(ctx, "recipe samples")
             return
         flags = data.recipes(ctx.store_path)
         st.subheader("Servers by recipe", anchor=False)
         st.dataframe(
             recipe_overview(usable, flags),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=blocks.DASH,
             width="stretch",
             key="recipe_overview",
             column_config={
@@ -161,7 +161,7 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
             diff.rename(columns={"A": a, "B": b}),
             hide_index=True,
             width="stretch",
-            placeholder=ui.DASH,
+            placeholder=blocks.DASH,
             key="recipe_diff",
         )
     cells = matched_cells(usable, a, b)
@@ -210,7 +210,7 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         st.markdown(
             f"**Per-request throughput across concurrency, context {cell['context_bin']}** (band: ±noise)"
         )
-        order = frames.concurrency_bin_order(list(curve["concurrency"]))
+        order = fleet_frames.concurrency_bin_order(list(curve["concurrency"]))
         st.altair_chart(
             analysis_charts.recipe_curve(curve, "tok_s_per_request", "tok/s per request", order),
             width="stretch",

@@ -11,20 +11,21 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import charts, data, fleet, frames, nav, ui
-from views.frames import STATUS_UP
-from views.shell import MAX_POINTS_PER_SERIES, PageContext
+from views import blocks, data, fleet_frames, links, time_charts
+from views.fleet_frames import STATUS_UP
+from views.page_context import MAX_POINTS_PER_SERIES, PageContext
+from views.pages import fleet
 
 
 def render(ctx: PageContext) -> None:
     st.title("Server", anchor=False)
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         known = _known_targets(ctx, now_ts)
         if not known:
-            ui.explain_no_samples(ctx, "server has reported")
+            blocks.explain_no_samples(ctx, "server has reported")
             return
-        target = st.selectbox("Server", known, key=nav.SERVER_PARAM, bind="query-params")
+        target = st.selectbox("Server", known, key=links.SERVER_PARAM, bind="query-params")
         if target is None:
             return
         st.fragment(run_every=ctx.interval_s)(_live)(ctx, str(target))
@@ -37,12 +38,12 @@ def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
 
 def _live(ctx: PageContext, target: str) -> None:
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         table, board = fleet.load_fleet_table(ctx, now_ts)
         rows = table[table["server"] == target]
         if rows.empty:
             st.info(
-                f"No sample from **{ui.plain(target)}** in the last {ctx.range_label}.",
+                f"No sample from **{blocks.plain(target)}** in the last {ctx.range_label}.",
                 icon=":material/schedule:",
             )
             return
@@ -54,14 +55,14 @@ def _live(ctx: PageContext, target: str) -> None:
         )
         if history.empty:
             st.info(
-                f"No history for **{ui.plain(target)}** in the last {ctx.range_label}.",
+                f"No history for **{blocks.plain(target)}** in the last {ctx.range_label}.",
                 icon=":material/schedule:",
             )
             return
         history = history.assign(
             step_latency_ms=history["step_latency_s"] * 1000.0,
             tpot_ms=history["tpot_s"] * 1000.0,
-            measured_per_request_tok_s=frames.measured_tok_s_per_request(history),
+            measured_per_request_tok_s=fleet_frames.measured_tok_s_per_request(history),
         )
         markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
         _charts(history, markers)
@@ -72,38 +73,40 @@ def _live(ctx: PageContext, target: str) -> None:
                     markers[["time", "kind", "detail"]].sort_values("time", ascending=False),
                     key="server_events",
                     hide_index=True,
-                    placeholder=ui.DASH,
+                    placeholder=blocks.DASH,
                     width="stretch",
                 )
 
 
 def _header(ctx: PageContext, row: pd.Series) -> None:
     status = str(row["status"])
-    line = f"**{ui.plain(str(row['server']))}** · {fleet.STATUS_BADGES.get(status, status)}"
+    line = f"**{blocks.plain(str(row['server']))}** · {fleet.STATUS_BADGES.get(status, status)}"
     if row["deployment"]:
         line += f" · deployment `{row['deployment']}`"
     if row["recipe"]:
         line += f" · recipe `{row['recipe']}`"
     st.markdown(line)
     if row["error"]:
-        st.error(f"Last scrape error: {ui.plain(str(row['error']))}", icon=":material/error:")
+        st.error(f"Last scrape error: {blocks.plain(str(row['error']))}", icon=":material/error:")
     if row["alerts"]:
         st.warning(f"Firing: {row['alerts']}", icon=":material/notifications_active:")
-    ui.freshness(ctx, ctx.now() - float(row["last_seen_s"]) if not math.isnan(row["last_seen_s"]) else None)
+    blocks.freshness(
+        ctx, ctx.now() - float(row["last_seen_s"]) if not math.isnan(row["last_seen_s"]) else None
+    )
     if status != STATUS_UP:
         return
     first = st.columns(4)
-    first[0].metric("Accept length", ui.num(row["accept_length"], ".2f", "tok/step"), border=True)
-    first[1].metric("Step latency", ui.num(row["step_latency_ms"], ".1f", "ms"), border=True)
+    first[0].metric("Accept length", blocks.num(row["accept_length"], ".2f", "tok/step"), border=True)
+    first[1].metric("Step latency", blocks.num(row["step_latency_ms"], ".1f", "ms"), border=True)
     first[2].metric(
-        "Per request", ui.num(row["per_request_tok_s"], ".1f", "tok/s"), help="accept ÷ step", border=True
+        "Per request", blocks.num(row["per_request_tok_s"], ".1f", "tok/s"), help="accept ÷ step", border=True
     )
-    first[3].metric("Output", ui.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
+    first[3].metric("Output", blocks.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
     second = st.columns(4)
     second[0].metric("Running / cap", str(row["running_cap"]), border=True)
-    second[1].metric("Queued", ui.num(row["queued"], ".0f"), border=True)
-    second[2].metric("State pool", ui.pct(row["state_pool_usage"]), border=True)
-    second[3].metric("KV cache", ui.pct(row["kv_usage"]), border=True)
+    second[1].metric("Queued", blocks.num(row["queued"], ".0f"), border=True)
+    second[2].metric("State pool", blocks.pct(row["state_pool_usage"]), border=True)
+    second[3].metric("KV cache", blocks.pct(row["kv_usage"]), border=True)
 
 
 def _markers(
@@ -136,14 +139,14 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
     left, right = st.columns(2)
     with left:
         st.altair_chart(
-            charts.line_chart(
+            time_charts.line_chart(
                 history, "accept_length", "accept length (tokens / step)", events=markers, zero=False
             ),
             width="stretch",
         )
     with right:
         st.altair_chart(
-            charts.line_chart(
+            time_charts.line_chart(
                 history, "step_latency_ms", "step latency (ms / step)", events=markers, color="#e45756"
             ),
             width="stretch",
@@ -151,7 +154,7 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
     left, right = st.columns(2)
     with left:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"per_request_tok_s": "accept ÷ step", "measured_per_request_tok_s": "output ÷ running"},
                 "per-request throughput (tok/s)",
@@ -162,7 +165,7 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
         )
     with right:
         st.altair_chart(
-            charts.line_chart(
+            time_charts.line_chart(
                 history, "output_tok_s", "aggregate output (tok/s)", events=markers, color="#54a24b"
             ),
             width="stretch",
@@ -171,19 +174,19 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
     left, right = st.columns(2)
     with left:
         st.altair_chart(
-            charts.line_chart(history, "tpot_ms", "TPOT (ms / token)", events=markers, color="#f58518"),
+            time_charts.line_chart(history, "tpot_ms", "TPOT (ms / token)", events=markers, color="#f58518"),
             width="stretch",
         )
     with right:
         st.altair_chart(
-            charts.line_chart(history, "ttft_s", "TTFT (s)", events=markers, color="#b279a2"),
+            time_charts.line_chart(history, "ttft_s", "TTFT (s)", events=markers, color="#b279a2"),
             width="stretch",
         )
     st.subheader("Load and memory", anchor=False)
     left, middle, right = st.columns(3)
     with left:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"running": "running", "max_running": "cap"},
                 "requests",
@@ -195,18 +198,18 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
         )
     with middle:
         st.altair_chart(
-            charts.line_chart(history, "queued", "queued requests", events=markers, color="#e45756"),
+            time_charts.line_chart(history, "queued", "queued requests", events=markers, color="#e45756"),
             width="stretch",
         )
     with right:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
                 "pool usage (%)",
                 events=markers,
                 y_format="%",
-                colors=charts.POOL_COLORS,
+                colors=time_charts.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
             width="stretch",
@@ -223,6 +226,6 @@ def _recipe(ctx: PageContext, recipe_id: str) -> None:
         st.dataframe(
             pd.DataFrame({"flag": list(flags), "value": [str(v) for v in flags.values()]}),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=blocks.DASH,
             width="stretch",
         )

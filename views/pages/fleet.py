@@ -10,9 +10,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from views import charts, data, frames, nav, ui
-from views.frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP, STATUSES
-from views.shell import PageContext
+from views import blocks, data, fleet_frames, links, time_charts
+from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP, STATUSES
+from views.page_context import PageContext
 
 FLEET_SERIES_POINTS = 150  # per target; the fleet chart sums targets per bucket
 
@@ -87,7 +87,7 @@ def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, dat
         ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
     )
     configured = {t.name: t.deployment for t in ctx.config.targets}
-    table = frames.fleet_table(
+    table = fleet_frames.fleet_table(
         latest,
         now_ts=now_ts,
         stale_after_s=ctx.stale_after_s,
@@ -99,32 +99,32 @@ def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, dat
 
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         table, board = load_fleet_table(ctx, now_ts)
         if table.empty:
-            ui.explain_no_samples(ctx, "server has reported")
+            blocks.explain_no_samples(ctx, "server has reported")
             return
         newest = table["last_seen_s"].min()
-        ui.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
+        blocks.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
         _banners(table, board is None)
-        _totals(frames.fleet_totals(table))
+        _totals(fleet_frames.fleet_totals(table))
         shown = _filtered(table)
         _table(shown)
         _fleet_chart(ctx, now_ts)
 
 
 def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
-    totals = frames.fleet_totals(table)
+    totals = fleet_frames.fleet_totals(table)
     down = table[table["status"] == STATUS_DOWN]
     if totals.up == 0:
         reasons = "; ".join(
-            ui.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
+            blocks.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
             for server, error in zip(table["server"].head(3), table["error"].head(3), strict=True)
         )
         st.error(f"**No server is up** ({totals.servers} known). {reasons}", icon=":material/error:")
     elif not down.empty:
         names = ", ".join(
-            ui.plain(f"{server} ({error or 'down'})")
+            blocks.plain(f"{server} ({error or 'down'})")
             for server, error in zip(down["server"].head(5), down["error"].head(5), strict=True)
         )
         more = f" and {len(down) - 5} more" if len(down) > 5 else ""
@@ -133,7 +133,7 @@ def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
         st.caption("Firing alerts: no alert engine data yet (the column fills once the alert engine runs).")
 
 
-def _totals(totals: frames.FleetTotals) -> None:
+def _totals(totals: fleet_frames.FleetTotals) -> None:
     row1 = st.columns(4)
     row1[0].metric(
         "Servers up",
@@ -142,25 +142,27 @@ def _totals(totals: frames.FleetTotals) -> None:
         border=True,
     )
     row1[1].metric(
-        "Output", ui.num(totals.output_tok_s, ",.0f", "tok/s"), help="sum over servers up", border=True
+        "Output", blocks.num(totals.output_tok_s, ",.0f", "tok/s"), help="sum over servers up", border=True
     )
     row1[2].metric(
         "Running / cap",
-        f"{ui.num(totals.running, ',.0f')} / {ui.num(totals.cap, ',.0f')}",
+        f"{blocks.num(totals.running, ',.0f')} / {blocks.num(totals.cap, ',.0f')}",
         help="running requests / sum of max_running_requests, servers up",
         border=True,
     )
-    row1[3].metric("Queued", ui.num(totals.queued, ",.0f"), help="requests waiting, servers up", border=True)
+    row1[3].metric(
+        "Queued", blocks.num(totals.queued, ",.0f"), help="requests waiting, servers up", border=True
+    )
     row2 = st.columns(4)
     row2[0].metric(
         "Accept length (median)",
-        ui.num(totals.accept_length_median, ".2f", "tok/step"),
+        blocks.num(totals.accept_length_median, ".2f", "tok/step"),
         help="numerator: accepted tokens per verify step, median over servers up",
         border=True,
     )
     row2[1].metric(
         "Step latency (median)",
-        ui.num(totals.step_latency_ms_median, ".1f", "ms"),
+        blocks.num(totals.step_latency_ms_median, ".1f", "ms"),
         help="denominator: accept length × TPOT, median over servers up",
         border=True,
     )
@@ -184,7 +186,7 @@ def _filtered(table: pd.DataFrame) -> pd.DataFrame:
     statuses = right.multiselect(
         "Status", [s for s in STATUSES if s in set(table["status"])], key="fleet_status"
     )
-    return frames.filter_table(table, deployments=deployments, recipes=recipes, statuses=statuses)
+    return fleet_frames.filter_table(table, deployments=deployments, recipes=recipes, statuses=statuses)
 
 
 def _table(shown: pd.DataFrame) -> None:
@@ -202,7 +204,7 @@ def _table(shown: pd.DataFrame) -> None:
         column_config=COLUMN_CONFIG,
         column_order=list(COLUMN_CONFIG),
         hide_index=True,
-        placeholder=ui.DASH,
+        placeholder=blocks.DASH,
         width="stretch",
         height=min(38 + 35 * len(display), 600),
         on_select="rerun",
@@ -211,12 +213,12 @@ def _table(shown: pd.DataFrame) -> None:
     )
     rows = event.selection.rows if event is not None else []
     if rows:
-        nav.open_server(str(display.iloc[rows[0]]["server"]))
+        links.open_server(str(display.iloc[rows[0]]["server"]))
     choice = st.selectbox(
         "Open a server's page", list(shown["server"]), index=None, placeholder="server name", key="fleet_open"
     )
     if choice:
-        nav.open_server(str(choice))
+        links.open_server(str(choice))
 
 
 def _fleet_chart(ctx: PageContext, now_ts: float) -> None:
@@ -225,6 +227,6 @@ def _fleet_chart(ctx: PageContext, now_ts: float) -> None:
     )
     if history.empty:
         return
-    series = frames.fleet_series(history, window.start_ts, window.duration_s / FLEET_SERIES_POINTS)
+    series = fleet_frames.fleet_series(history, window.start_ts, window.duration_s / FLEET_SERIES_POINTS)
     st.subheader(f"Fleet output, last {ctx.range_label}", anchor=False)
-    st.altair_chart(charts.fleet_output_chart(series), width="stretch")
+    st.altair_chart(time_charts.fleet_output_chart(series), width="stretch")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from views.shell import MAX_POINTS_PER_SERIES
+from views.page_context import MAX_POINTS_PER_SERIES
 
 EVENT_COLORS: dict[str, str] = {
     "restart": "#d62728",

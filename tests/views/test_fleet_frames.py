@@ -9,7 +9,7 @@ import pytest
 
 from collectors.model import Signals, TargetSnapshot
 from views.data import snapshots_frame
-from views.frames import (
+from views.fleet_frames import (
     STATUS_DOWN,
     STATUS_NO_DATA,
     STATUS_STALE,

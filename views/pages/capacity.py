@@ -10,10 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import FlagValue
-from views import analysis_charts, charts, data, fleet, ui
-from views.frames import STATUS_UP
-from views.shell import MAX_POINTS_PER_SERIES, PageContext
-from views.verdict import BINDS_AT, fleet_verdict, server_capacity
+from views import analysis_charts, blocks, data, time_charts
+from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
+from views.fleet_frames import STATUS_UP
+from views.page_context import MAX_POINTS_PER_SERIES, PageContext
+from views.pages import fleet
 
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
@@ -59,10 +60,10 @@ def capacity_frame(table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagV
 
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         table, _ = fleet.load_fleet_table(ctx, now_ts)
         if table.empty:
-            ui.explain_no_samples(ctx, "server has reported")
+            blocks.explain_no_samples(ctx, "server has reported")
             return
         capacity = capacity_frame(table, data.recipes(ctx.store_path))
         live = capacity[capacity["status"] == STATUS_UP]
@@ -77,9 +78,9 @@ def _live(ctx: PageContext) -> None:
             "State pool binds", f"{(live['binding'] == 'state pool').sum()} / {len(live)}", border=True
         )
         tiles[1].metric("KV binds", f"{(live['binding'] == 'KV cache').sum()} / {len(live)}", border=True)
-        tiles[2].metric("State pool (median)", ui.pct(live["state_pool_usage"].median()), border=True)
-        tiles[3].metric("KV (median)", ui.pct(live["kv_usage"].median()), border=True)
-        tiles[4].metric("TTFT (median)", ui.num(live["ttft_s"].median(), ".2f", "s"), border=True)
+        tiles[2].metric("State pool (median)", blocks.pct(live["state_pool_usage"].median()), border=True)
+        tiles[3].metric("KV (median)", blocks.pct(live["kv_usage"].median()), border=True)
+        tiles[4].metric("TTFT (median)", blocks.num(live["ttft_s"].median(), ".2f", "s"), border=True)
         left, right = st.columns(2)
         with left:
             st.markdown("**State pool vs KV, every server**")
@@ -101,7 +102,7 @@ def _live(ctx: PageContext) -> None:
             column_config=COLUMN_CONFIG,
             column_order=list(COLUMN_CONFIG),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=blocks.DASH,
             width="stretch",
             key="capacity_table",
         )
@@ -136,19 +137,19 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
     left, middle, right = st.columns(3)
     with left:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
                 "pool usage (%)",
                 y_format="%",
-                colors=charts.POOL_COLORS,
+                colors=time_charts.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
             width="stretch",
         )
     with middle:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"running": "running", "max_running": "cap", "queued": "queued"},
                 "requests",
@@ -158,4 +159,6 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
             width="stretch",
         )
     with right:
-        st.altair_chart(charts.line_chart(history, "ttft_s", "TTFT (s)", color="#b279a2"), width="stretch")
+        st.altair_chart(
+            time_charts.line_chart(history, "ttft_s", "TTFT (s)", color="#b279a2"), width="stretch"
+        )

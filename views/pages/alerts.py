@@ -8,8 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from views import charts, data, ui
-from views.shell import PageContext, format_age
+from views import blocks, data, time_charts
+from views.page_context import PageContext, format_age
 
 ACTIVE_CONFIG = {
     "rule": st.column_config.TextColumn("rule", pinned=True),
@@ -44,7 +44,7 @@ def render(ctx: PageContext) -> None:
 def _live(ctx: PageContext) -> None:
     window = ctx.window()
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         board = data.alert_board(
             ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
         )
@@ -70,7 +70,7 @@ def _live(ctx: PageContext) -> None:
                 column_config=RESOLVED_CONFIG,
                 column_order=list(RESOLVED_CONFIG),
                 hide_index=True,
-                placeholder=ui.DASH,
+                placeholder=blocks.DASH,
                 width="stretch",
                 key="alerts_resolved",
             )
@@ -79,7 +79,7 @@ def _live(ctx: PageContext) -> None:
             st.caption("No transitions in this range.")
         else:
             st.altair_chart(
-                charts.alert_timeline(
+                time_charts.alert_timeline(
                     board.transitions,
                     pd.Timestamp(window.start_ts, unit="s", tz="UTC"),
                     pd.Timestamp(window.end_ts, unit="s", tz="UTC"),
@@ -102,7 +102,7 @@ def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
         column_config=ACTIVE_CONFIG,
         column_order=list(ACTIVE_CONFIG),
         hide_index=True,
-        placeholder=ui.DASH,
+        placeholder=blocks.DASH,
         width="stretch",
         key=f"alerts_{title.lower()}",
     )
