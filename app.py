@@ -22,7 +22,7 @@ from alerts.service import Service
 from collectors.runner import CollectorHealth
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
 from views import access, data
-from views.blocks import plain
+from views.formatting import plain
 from views.menu import PAGES
 from views.page_context import PageContext, time_range_picker
 

@@ -11,8 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from views.fraction import FractionRatio, Log2Fit
-from views.time_charts import (
+from views.chart_style import (
     BINDING_COLORS,
     K_TOKENS_LABEL,
     NUMBER_FORMAT,
@@ -21,6 +20,7 @@ from views.time_charts import (
     thin,
     top_chart,
 )
+from views.fraction import FractionRatio, Log2Fit
 
 
 # -- context and batch -------------------------------------------------------------------------------------

@@ -1,44 +1,23 @@
-"""Small streamlit building blocks shared by the pages: number formatting, empty states, store errors.
+"""Streamlit blocks every page shares: the fleet table as of now, status badges, pool columns, empty states
+and store errors (pages import these, never each other; words and numbers come from ``views.formatting``).
 
 Every empty or failing case ends in a sentence that says what is missing and what to check, never a traceback.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from collectors.errors import CollectorError
-from views import data
-from views.page_context import PageContext, format_age
-
-DASH = "—"
-
-# Markdown that text from a server (an error's reason phrase, a quoted line) could use to draw links, images
-# (a request to any host from every viewer's browser), HTML, math or Streamlit's colour directives.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#!|~$])")
-
-
-def plain(text: str) -> str:
-    """``text`` as literal characters inside st.markdown/st.error/...: every markup character is escaped and
-    newlines become spaces, so a server's words are shown, never interpreted."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text.replace("\r", " ").replace("\n", " "))
-
-
-def num(value: float | None, spec: str = ".2f", unit: str = "") -> str:
-    """Format a number for a metric tile; unknown (None / NaN) becomes an em dash, never 0."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return DASH
-    text = format(value, spec)
-    return f"{text} {unit}".rstrip() if unit else text
-
-
-def pct(value: float | None, digits: int = 0) -> str:
-    return num(None if value is None else value * 100.0, f".{digits}f", "%")
+from views import data, fleet_frames
+from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP
+from views.formatting import format_age
+from views.page_context import PageContext
 
 
 @contextmanager
@@ -75,3 +54,51 @@ def freshness(ctx: PageContext, newest_ts: float | None) -> None:
         f"Newest sample {format_age(age)} · refreshes every {ctx.interval_s:g} s · "
         f"history: last {ctx.range_label}"
     )
+
+
+# Text, not emoji: a dot renders in every font; the colour comes from the table style.
+STATUS_BADGES = {
+    STATUS_UP: "● up",
+    STATUS_DOWN: "● down",
+    STATUS_STALE: "● stale",
+    STATUS_NO_DATA: "○ no data",
+}
+
+
+STATUS_COLORS = {
+    STATUS_UP: "#2e7d32",
+    STATUS_DOWN: "#c62828",
+    STATUS_STALE: "#ef6c00",
+    STATUS_NO_DATA: "#757575",
+}
+
+
+def status_style(badge: object) -> str:
+    """CSS for a status cell, e.g. '● down' → bold red."""
+    status = str(badge).split(" ", 1)[-1]
+    return f"color: {STATUS_COLORS.get(status, '#333')}; font-weight: 600"
+
+
+def pool_column(label: str, help_text: str, color: str) -> Any:
+    """A 0–100 % bar (the table shows usage × 100 so the label reads "98%", not "98.00%")."""
+    return st.column_config.ProgressColumn(
+        label, format="%.0f%%", min_value=0.0, max_value=100.0, help=help_text, color=color, width="small"
+    )
+
+
+def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, data.AlertBoard | None]:
+    """The Fleet table as of now (shared with the Capacity page) and the alert board it was joined with."""
+    window = ctx.window()
+    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
+    board = data.alert_board(
+        ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
+    )
+    configured = {t.name: t.deployment for t in ctx.config.targets}
+    table = fleet_frames.fleet_table(
+        latest,
+        now_ts=now_ts,
+        stale_after_s=ctx.stale_after_s,
+        configured=configured,
+        firing=data.firing_by_target(board),
+    )
+    return table, board

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from views import analysis_charts, time_charts
+from views import analysis_charts, chart_style, time_charts
 from views.fraction import FractionRatio, FractionSummary
 from views.page_context import MAX_POINTS_PER_SERIES
 
@@ -65,7 +65,7 @@ def test_pool_chart_is_a_percent_axis_from_zero_to_one() -> None:
         {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
         "pool usage (%)",
         y_format="%",
-        colors=time_charts.POOL_COLORS,
+        colors=chart_style.POOL_COLORS,
         y_domain=(0.0, 1.0),
     ).to_dict()
     y = spec["encoding"]["y"]
@@ -124,7 +124,7 @@ def test_pools_scatter_colours_what_binds() -> None:
     scale = points["encoding"]["color"]["scale"]
     assert (
         dict(zip(scale["domain"], scale["range"], strict=True))["state pool"]
-        == time_charts.BINDING_COLORS["state pool"]
+        == chart_style.BINDING_COLORS["state pool"]
     )
     assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
     assert len(rows(spec, points)) == 2
@@ -166,7 +166,7 @@ def test_alert_timeline_spans_the_whole_window() -> None:
 
 def test_thin_per_series() -> None:
     frame = pd.DataFrame({"series": ["a"] * 4000 + ["b"] * 10, "v": range(4010)})
-    thinned = time_charts.thin(frame, 1000, by="series")
+    thinned = chart_style.thin(frame, 1000, by="series")
     counts = thinned.groupby("series").size()
     assert counts["a"] <= 1000
     assert counts["b"] == 10

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from views import blocks, data, time_charts
-from views.page_context import PageContext, format_age
+from views import blocks, data, formatting, time_charts
+from views.formatting import format_age
+from views.page_context import PageContext
 
 ACTIVE_CONFIG = {
     "rule": st.column_config.TextColumn("rule", pinned=True),
@@ -70,7 +71,7 @@ def _live(ctx: PageContext) -> None:
                 column_config=RESOLVED_CONFIG,
                 column_order=list(RESOLVED_CONFIG),
                 hide_index=True,
-                placeholder=blocks.DASH,
+                placeholder=formatting.DASH,
                 width="stretch",
                 key="alerts_resolved",
             )
@@ -102,7 +103,7 @@ def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
         column_config=ACTIVE_CONFIG,
         column_order=list(ACTIVE_CONFIG),
         hide_index=True,
-        placeholder=blocks.DASH,
+        placeholder=formatting.DASH,
         width="stretch",
         key=f"alerts_{title.lower()}",
     )

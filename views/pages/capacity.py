@@ -10,11 +10,10 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import FlagValue
-from views import analysis_charts, blocks, data, time_charts
+from views import analysis_charts, blocks, chart_style, data, formatting, time_charts
 from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
-from views.pages import fleet
 
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
@@ -22,8 +21,8 @@ ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers 
 COLUMN_CONFIG = {
     "server": st.column_config.TextColumn("server", pinned=True),
     "binding": st.column_config.TextColumn("binds", help="the pool (or cap) that stops admission"),
-    "state_pool_usage": fleet.pool_column("state pool", "SSM state slots in use", "red"),
-    "kv_usage": fleet.pool_column("KV", "full-attention KV cache in use", "blue"),
+    "state_pool_usage": blocks.pool_column("state pool", "SSM state slots in use", "red"),
+    "kv_usage": blocks.pool_column("KV", "full-attention KV cache in use", "blue"),
     "running_cap": st.column_config.TextColumn("running / cap"),
     "queued": st.column_config.NumberColumn("queued", format="%d"),
     "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.2f"),
@@ -61,7 +60,7 @@ def capacity_frame(table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagV
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
     with blocks.store_errors():
-        table, _ = fleet.load_fleet_table(ctx, now_ts)
+        table, _ = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
             blocks.explain_no_samples(ctx, "server has reported")
             return
@@ -78,9 +77,9 @@ def _live(ctx: PageContext) -> None:
             "State pool binds", f"{(live['binding'] == 'state pool').sum()} / {len(live)}", border=True
         )
         tiles[1].metric("KV binds", f"{(live['binding'] == 'KV cache').sum()} / {len(live)}", border=True)
-        tiles[2].metric("State pool (median)", blocks.pct(live["state_pool_usage"].median()), border=True)
-        tiles[3].metric("KV (median)", blocks.pct(live["kv_usage"].median()), border=True)
-        tiles[4].metric("TTFT (median)", blocks.num(live["ttft_s"].median(), ".2f", "s"), border=True)
+        tiles[2].metric("State pool (median)", formatting.pct(live["state_pool_usage"].median()), border=True)
+        tiles[3].metric("KV (median)", formatting.pct(live["kv_usage"].median()), border=True)
+        tiles[4].metric("TTFT (median)", formatting.num(live["ttft_s"].median(), ".2f", "s"), border=True)
         left, right = st.columns(2)
         with left:
             st.markdown("**State pool vs KV, every server**")
@@ -102,7 +101,7 @@ def _live(ctx: PageContext) -> None:
             column_config=COLUMN_CONFIG,
             column_order=list(COLUMN_CONFIG),
             hide_index=True,
-            placeholder=blocks.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
             key="capacity_table",
         )
@@ -142,7 +141,7 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
                 {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
                 "pool usage (%)",
                 y_format="%",
-                colors=time_charts.POOL_COLORS,
+                colors=chart_style.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
             width="stretch",

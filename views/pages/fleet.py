@@ -5,43 +5,14 @@ What the on-call engineer opens first: trouble sorts to the top, a row opens tha
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
 
-from views import blocks, data, fleet_frames, links, time_charts
-from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP, STATUSES
+from views import blocks, data, fleet_frames, formatting, links, time_charts
+from views.fleet_frames import STATUS_DOWN, STATUSES
 from views.page_context import PageContext
 
 FLEET_SERIES_POINTS = 150  # per target; the fleet chart sums targets per bucket
-
-# Text, not emoji: a dot renders in every font; the colour comes from the table style.
-STATUS_BADGES = {
-    STATUS_UP: "● up",
-    STATUS_DOWN: "● down",
-    STATUS_STALE: "● stale",
-    STATUS_NO_DATA: "○ no data",
-}
-STATUS_COLORS = {
-    STATUS_UP: "#2e7d32",
-    STATUS_DOWN: "#c62828",
-    STATUS_STALE: "#ef6c00",
-    STATUS_NO_DATA: "#757575",
-}
-
-
-def status_style(badge: object) -> str:
-    """CSS for a status cell, e.g. '● down' → bold red."""
-    status = str(badge).split(" ", 1)[-1]
-    return f"color: {STATUS_COLORS.get(status, '#333')}; font-weight: 600"
-
-
-def pool_column(label: str, help_text: str, color: str) -> Any:
-    """A 0–100 % bar (the table shows usage × 100 so the label reads "98%", not "98.00%")."""
-    return st.column_config.ProgressColumn(
-        label, format="%.0f%%", min_value=0.0, max_value=100.0, help=help_text, color=color, width="small"
-    )
 
 
 # The on-call engineer's order: health, alerts, load, the fraction, the pools; identity and detail after.
@@ -63,8 +34,8 @@ COLUMN_CONFIG = {
         width="small",
     ),
     "output_tok_s": st.column_config.NumberColumn("output tok/s", format="%.0f", width="small"),
-    "state_pool_usage": pool_column("state pool", "SSM state slots in use", "red"),
-    "kv_usage": pool_column("KV", "full-attention KV cache in use", "blue"),
+    "state_pool_usage": blocks.pool_column("state pool", "SSM state slots in use", "red"),
+    "kv_usage": blocks.pool_column("KV", "full-attention KV cache in use", "blue"),
     "recipe": st.column_config.TextColumn("recipe", help="recipe_id: a hash of the serving flags"),
     "deployment": st.column_config.TextColumn("deployment", width="small"),
     "avg_context_tokens": st.column_config.NumberColumn("avg context (tok)", format="compact"),
@@ -79,28 +50,10 @@ def render(ctx: PageContext) -> None:
     st.fragment(run_every=ctx.interval_s)(_live)(ctx)
 
 
-def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, data.AlertBoard | None]:
-    """The Fleet table as of now (shared with the Capacity page) and the alert board it was joined with."""
-    window = ctx.window()
-    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
-    board = data.alert_board(
-        ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
-    )
-    configured = {t.name: t.deployment for t in ctx.config.targets}
-    table = fleet_frames.fleet_table(
-        latest,
-        now_ts=now_ts,
-        stale_after_s=ctx.stale_after_s,
-        configured=configured,
-        firing=data.firing_by_target(board),
-    )
-    return table, board
-
-
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
     with blocks.store_errors():
-        table, board = load_fleet_table(ctx, now_ts)
+        table, board = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
             blocks.explain_no_samples(ctx, "server has reported")
             return
@@ -118,13 +71,13 @@ def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
     down = table[table["status"] == STATUS_DOWN]
     if totals.up == 0:
         reasons = "; ".join(
-            blocks.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
+            formatting.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
             for server, error in zip(table["server"].head(3), table["error"].head(3), strict=True)
         )
         st.error(f"**No server is up** ({totals.servers} known). {reasons}", icon=":material/error:")
     elif not down.empty:
         names = ", ".join(
-            blocks.plain(f"{server} ({error or 'down'})")
+            formatting.plain(f"{server} ({error or 'down'})")
             for server, error in zip(down["server"].head(5), down["error"].head(5), strict=True)
         )
         more = f" and {len(down) - 5} more" if len(down) > 5 else ""
@@ -142,27 +95,30 @@ def _totals(totals: fleet_frames.FleetTotals) -> None:
         border=True,
     )
     row1[1].metric(
-        "Output", blocks.num(totals.output_tok_s, ",.0f", "tok/s"), help="sum over servers up", border=True
+        "Output",
+        formatting.num(totals.output_tok_s, ",.0f", "tok/s"),
+        help="sum over servers up",
+        border=True,
     )
     row1[2].metric(
         "Running / cap",
-        f"{blocks.num(totals.running, ',.0f')} / {blocks.num(totals.cap, ',.0f')}",
+        f"{formatting.num(totals.running, ',.0f')} / {formatting.num(totals.cap, ',.0f')}",
         help="running requests / sum of max_running_requests, servers up",
         border=True,
     )
     row1[3].metric(
-        "Queued", blocks.num(totals.queued, ",.0f"), help="requests waiting, servers up", border=True
+        "Queued", formatting.num(totals.queued, ",.0f"), help="requests waiting, servers up", border=True
     )
     row2 = st.columns(4)
     row2[0].metric(
         "Accept length (median)",
-        blocks.num(totals.accept_length_median, ".2f", "tok/step"),
+        formatting.num(totals.accept_length_median, ".2f", "tok/step"),
         help="numerator: accepted tokens per verify step, median over servers up",
         border=True,
     )
     row2[1].metric(
         "Step latency (median)",
-        blocks.num(totals.step_latency_ms_median, ".1f", "ms"),
+        formatting.num(totals.step_latency_ms_median, ".1f", "ms"),
         help="denominator: accept length × TPOT, median over servers up",
         border=True,
     )
@@ -194,17 +150,17 @@ def _table(shown: pd.DataFrame) -> None:
         st.info("No server matches the filters.", icon=":material/filter_alt_off:")
         return
     display = shown.assign(
-        status=shown["status"].map(STATUS_BADGES),
+        status=shown["status"].map(blocks.STATUS_BADGES),
         state_pool_usage=shown["state_pool_usage"] * 100.0,
         kv_usage=shown["kv_usage"] * 100.0,
     ).reset_index(drop=True)
     st.caption(f"{len(shown)} server(s) · select a row to open its page")
     event = st.dataframe(
-        display.style.map(status_style, subset=["status"]),
+        display.style.map(blocks.status_style, subset=["status"]),
         column_config=COLUMN_CONFIG,
         column_order=list(COLUMN_CONFIG),
         hide_index=True,
-        placeholder=blocks.DASH,
+        placeholder=formatting.DASH,
         width="stretch",
         height=min(38 + 35 * len(display), 600),
         on_select="rerun",

@@ -11,7 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, blocks, data, fleet_frames
+from views import analysis_charts, blocks, data, formatting, sample_bins
+from views.formatting import times
 from views.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
@@ -19,10 +20,9 @@ from views.fraction import (
     FractionSummary,
     describe_ratio,
     summarize,
-    times,
 )
 from views.page_context import PageContext
-from views.pages.context import prepare
+from views.sample_bins import prepare
 
 RECIPE_POINTS = 300  # per target, as on the Context page
 
@@ -44,7 +44,7 @@ def render(ctx: PageContext) -> None:
         st.dataframe(
             recipe_overview(usable, flags),
             hide_index=True,
-            placeholder=blocks.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
             key="recipe_overview",
             column_config={
@@ -161,7 +161,7 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
             diff.rename(columns={"A": a, "B": b}),
             hide_index=True,
             width="stretch",
-            placeholder=blocks.DASH,
+            placeholder=formatting.DASH,
             key="recipe_diff",
         )
     cells = matched_cells(usable, a, b)
@@ -210,7 +210,7 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         st.markdown(
             f"**Per-request throughput across concurrency, context {cell['context_bin']}** (band: ±noise)"
         )
-        order = fleet_frames.concurrency_bin_order(list(curve["concurrency"]))
+        order = sample_bins.concurrency_bin_order(list(curve["concurrency"]))
         st.altair_chart(
             analysis_charts.recipe_curve(curve, "tok_s_per_request", "tok/s per request", order),
             width="stretch",

@@ -11,10 +11,9 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import blocks, data, fleet_frames, links, time_charts
+from views import blocks, chart_style, data, fleet_frames, formatting, links, time_charts
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
-from views.pages import fleet
 
 
 def render(ctx: PageContext) -> None:
@@ -39,11 +38,11 @@ def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
 def _live(ctx: PageContext, target: str) -> None:
     now_ts = ctx.now()
     with blocks.store_errors():
-        table, board = fleet.load_fleet_table(ctx, now_ts)
+        table, board = blocks.load_fleet_table(ctx, now_ts)
         rows = table[table["server"] == target]
         if rows.empty:
             st.info(
-                f"No sample from **{blocks.plain(target)}** in the last {ctx.range_label}.",
+                f"No sample from **{formatting.plain(target)}** in the last {ctx.range_label}.",
                 icon=":material/schedule:",
             )
             return
@@ -55,7 +54,7 @@ def _live(ctx: PageContext, target: str) -> None:
         )
         if history.empty:
             st.info(
-                f"No history for **{blocks.plain(target)}** in the last {ctx.range_label}.",
+                f"No history for **{formatting.plain(target)}** in the last {ctx.range_label}.",
                 icon=":material/schedule:",
             )
             return
@@ -73,21 +72,21 @@ def _live(ctx: PageContext, target: str) -> None:
                     markers[["time", "kind", "detail"]].sort_values("time", ascending=False),
                     key="server_events",
                     hide_index=True,
-                    placeholder=blocks.DASH,
+                    placeholder=formatting.DASH,
                     width="stretch",
                 )
 
 
 def _header(ctx: PageContext, row: pd.Series) -> None:
     status = str(row["status"])
-    line = f"**{blocks.plain(str(row['server']))}** · {fleet.STATUS_BADGES.get(status, status)}"
+    line = f"**{formatting.plain(str(row['server']))}** · {blocks.STATUS_BADGES.get(status, status)}"
     if row["deployment"]:
         line += f" · deployment `{row['deployment']}`"
     if row["recipe"]:
         line += f" · recipe `{row['recipe']}`"
     st.markdown(line)
     if row["error"]:
-        st.error(f"Last scrape error: {blocks.plain(str(row['error']))}", icon=":material/error:")
+        st.error(f"Last scrape error: {formatting.plain(str(row['error']))}", icon=":material/error:")
     if row["alerts"]:
         st.warning(f"Firing: {row['alerts']}", icon=":material/notifications_active:")
     blocks.freshness(
@@ -96,17 +95,20 @@ def _header(ctx: PageContext, row: pd.Series) -> None:
     if status != STATUS_UP:
         return
     first = st.columns(4)
-    first[0].metric("Accept length", blocks.num(row["accept_length"], ".2f", "tok/step"), border=True)
-    first[1].metric("Step latency", blocks.num(row["step_latency_ms"], ".1f", "ms"), border=True)
+    first[0].metric("Accept length", formatting.num(row["accept_length"], ".2f", "tok/step"), border=True)
+    first[1].metric("Step latency", formatting.num(row["step_latency_ms"], ".1f", "ms"), border=True)
     first[2].metric(
-        "Per request", blocks.num(row["per_request_tok_s"], ".1f", "tok/s"), help="accept ÷ step", border=True
+        "Per request",
+        formatting.num(row["per_request_tok_s"], ".1f", "tok/s"),
+        help="accept ÷ step",
+        border=True,
     )
-    first[3].metric("Output", blocks.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
+    first[3].metric("Output", formatting.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
     second = st.columns(4)
     second[0].metric("Running / cap", str(row["running_cap"]), border=True)
-    second[1].metric("Queued", blocks.num(row["queued"], ".0f"), border=True)
-    second[2].metric("State pool", blocks.pct(row["state_pool_usage"]), border=True)
-    second[3].metric("KV cache", blocks.pct(row["kv_usage"]), border=True)
+    second[1].metric("Queued", formatting.num(row["queued"], ".0f"), border=True)
+    second[2].metric("State pool", formatting.pct(row["state_pool_usage"]), border=True)
+    second[3].metric("KV cache", formatting.pct(row["kv_usage"]), border=True)
 
 
 def _markers(
@@ -209,7 +211,7 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
                 "pool usage (%)",
                 events=markers,
                 y_format="%",
-                colors=time_charts.POOL_COLORS,
+                colors=chart_style.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
             width="stretch",
@@ -226,6 +228,6 @@ def _recipe(ctx: PageContext, recipe_id: str) -> None:
         st.dataframe(
             pd.DataFrame({"flag": list(flags), "value": [str(v) for v in flags.values()]}),
             hide_index=True,
-            placeholder=blocks.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
         )
