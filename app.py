@@ -11,7 +11,10 @@ import argparse
 import atexit
 import functools
 import logging
+import math
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +66,7 @@ class Runtime:
     error: str | None = None
     stoppers: list[Callable[[], None]] = field(default_factory=list)
     health: Callable[[], CollectorHealth] | None = None  # the running collector's, for the sidebar
+    history_note: str = ""  # while synthesised history is being written: how far it got
     _stopped: bool = False
 
     def stop(self) -> None:
@@ -82,7 +86,59 @@ def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
 
     fleet = start_fleet(sim)
     runtime.stoppers.append(fleet.stop)
+    if sim.history_h > 0:
+        _fill_history_in_background(config.store.path, sim, runtime, end_ts=time.time())
     return config.model_copy(update={"targets": config.targets + fleet.targets})
+
+
+HISTORY_CHUNK_S = 3600.0  # one scenario hour per chunk, newest first: the 15 min and 1 h ranges fill at once
+
+
+def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
+    """An empty store starts with ``sim.history_h`` hours of the scenario, sampled as a collector would.
+
+    Chunks are whole hours ending at the fleet's start, so every chunk (and the live fleet after them) begins
+    at the same point of an hourly scenario loop; each chunk is written as soon as it is made.
+    """
+    from collectors.store.history import SqliteStore
+    from sim.history import synthesize_history
+
+    probe = SqliteStore(path)  # checked before the collector starts writing
+    try:
+        if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and shows its gap)
+            return
+    finally:
+        probe.close()
+    hours = math.ceil(sim.history_h * 3600.0 / HISTORY_CHUNK_S)
+    stop = threading.Event()
+    runtime.stoppers.append(stop.set)
+
+    def fill() -> None:
+        store = SqliteStore(path)  # this thread's own connection
+        try:
+            for k in range(hours):
+                if stop.is_set():
+                    return
+                runtime.history_note = f"writing simulated history: {k} of {hours} h"
+                snapshots, events, recipes = synthesize_history(
+                    sim.scenario,
+                    servers=sim.servers,
+                    duration_s=HISTORY_CHUNK_S,
+                    end_ts=end_ts - k * HISTORY_CHUNK_S,
+                    seed=sim.seed + k,
+                )
+                for recipe in recipes.values():
+                    store.put_recipe(recipe, snapshots[0].ts if snapshots else end_ts)
+                store.append(snapshots)
+                store.add_events(events)
+            runtime.history_note = ""
+        except Exception as exc:  # the live fleet and collector go on without the synthesised past
+            log.exception("writing simulated history failed")
+            runtime.history_note = f"simulated history stopped: {type(exc).__name__}: {exc}"
+        finally:
+            store.close()
+
+    threading.Thread(target=fill, name="specwatch-sim-history", daemon=True).start()
 
 
 def _external_url() -> str:
@@ -177,6 +233,8 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
         st.markdown("### :material/monitoring: specwatch")
         range_key = time_range_picker()
         st.caption(f"{runtime.note} · every {runtime.config.scrape.interval_s:g} s")
+        if runtime.history_note:
+            st.caption(runtime.history_note)
         st.caption(f"config `{path}`")
         if config_error is not None:
             st.warning(

@@ -135,6 +135,13 @@ class SimSettings(_Settings):
         None, ge=1, le=2000, description="Number of servers (default: the scenario's)."
     )
     seed: int = Field(0, description="Random seed of the simulated workload.")
+    history_h: float = Field(
+        0.0,
+        ge=0,
+        le=168,
+        description="Hours of history synthesised from the scenario on start when the store is empty "
+        "(0: none).",
+    )
 
 
 class ExporterSettings(_Settings):
