@@ -15,6 +15,7 @@ import streamlit as st
 
 from collectors.errors import CollectorError
 from views import data, fleet_frames
+from views.chart_style import TopChart
 from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP
 from views.formatting import format_age
 from views.page_context import PageContext
@@ -102,3 +103,34 @@ def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, dat
         firing=data.firing_by_target(board),
     )
     return table, board
+
+
+def why_no_values(history: pd.DataFrame, columns: list[str], what: str) -> str | None:
+    """Why a chart of ``columns`` over ``history`` (a server's or the fleet's samples) would draw nothing,
+    in words; None when it has something to draw."""
+    present = [c for c in columns if c in history.columns]
+    if present and history[present].notna().to_numpy().any():
+        return None
+    if history.empty:
+        return f"No samples in this range, so no {what} yet."
+    up = history["up"].astype(bool) if "up" in history.columns else pd.Series(True, index=history.index)
+    if not up.any():
+        return f"No {what}: the server was down for the whole range (no scrape succeeded)."
+    running = history.loc[up, "running"] if "running" in history.columns else pd.Series(dtype=float)
+    if running.fillna(0).le(0).all():
+        return f"No {what}: the server was idle (no running requests), so there was nothing to measure."
+    if len(history.loc[up]) < 2:
+        return f"No {what} yet: it is a rate over two scrapes and only one has arrived."
+    return (
+        f"No {what}: not measured by this server's SGLang version (its /metrics has no series for it), "
+        "although the server was up and busy."
+    )
+
+
+def series_chart(chart: TopChart, history: pd.DataFrame, columns: list[str], what: str) -> None:
+    """``chart`` if ``history`` has a value of ``columns`` to draw, else one sentence saying why not."""
+    reason = why_no_values(history, columns, what)
+    if reason is None:
+        st.altair_chart(chart, width="stretch")
+    else:
+        st.info(reason, icon=":material/timeline:")

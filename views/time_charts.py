@@ -10,7 +10,17 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from views.chart_style import HEIGHT, NUMBER_FORMAT, TopChart, thin, time_x, top_chart
+from views.chart_style import (
+    HEIGHT,
+    NUMBER_FORMAT,
+    TIME_TOOLTIP_FORMAT,
+    TopChart,
+    sparse,
+    thin,
+    time_x,
+    top_chart,
+    with_gaps,
+)
 
 EVENT_COLORS: dict[str, str] = {
     "restart": "#d62728",
@@ -37,7 +47,7 @@ def events_layer(events: pd.DataFrame) -> alt.Chart:
                 legend=alt.Legend(orient="bottom"),
             ),
             tooltip=[
-                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("kind:N"),
                 alt.Tooltip("detail:N"),
             ],
@@ -66,8 +76,8 @@ def line_chart(
     """One series over time (``time`` column) with optional event markers."""
     data = thin(frame[["time", y]].dropna())
     chart = (
-        alt.Chart(data)
-        .mark_line(color=color, strokeWidth=1.8, interpolate="monotone")
+        alt.Chart(with_gaps(data))
+        .mark_line(color=color, strokeWidth=1.8, point=sparse(data))
         .encode(
             x=time_x(),
             y=alt.Y(
@@ -77,7 +87,7 @@ def line_chart(
                 axis=alt.Axis(format=y_format or NUMBER_FORMAT),
             ),
             tooltip=[
-                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or tooltip_format),
             ],
         )
@@ -101,12 +111,14 @@ def multi_line_chart(
     long = frame[["time", *series]].melt("time", var_name="series", value_name="value").dropna()
     long["series"] = long["series"].map(series)
     long = thin(long, by="series")
+    sparse_points = sparse(long)
+    long = with_gaps(long, by="series")
     names = list(series.values())
     palette = colors or {}
     scale = alt.Scale(domain=names, range=[palette.get(n, c) for n, c in zip(names, _PALETTE, strict=False)])
     chart = (
         alt.Chart(long)
-        .mark_line(strokeWidth=1.8, interpolate="monotone")
+        .mark_line(strokeWidth=1.8, point=sparse_points)
         .encode(
             x=time_x(),
             y=alt.Y(
@@ -122,7 +134,7 @@ def multi_line_chart(
                 alt.value([1, 0]),
             ),
             tooltip=[
-                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("series:N"),
                 alt.Tooltip("value:Q", title=y_title, format=y_format or ".3~f"),
             ],
@@ -139,13 +151,13 @@ def fleet_output_chart(series: pd.DataFrame) -> TopChart:
     """Fleet-total output tokens per second over time."""
     data = thin(series[["time", "output_tok_s", "servers_up"]].dropna(subset=["output_tok_s"]))
     return top_chart(
-        alt.Chart(data)
-        .mark_area(line={"color": "#4c78a8"}, color="#4c78a8", opacity=0.25, interpolate="monotone")
+        alt.Chart(with_gaps(data))
+        .mark_area(line={"color": "#4c78a8"}, color="#4c78a8", opacity=0.25, point=sparse(data))
         .encode(
             x=time_x(),
             y=alt.Y("output_tok_s:Q", title="fleet output (tok/s)", axis=alt.Axis(format="~s")),
             tooltip=[
-                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M"),
+                alt.Tooltip("time:T", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("output_tok_s:Q", title="output tok/s", format=",.0f"),
                 alt.Tooltip("servers_up:Q", title="servers up"),
             ],
@@ -166,12 +178,7 @@ def alert_timeline(transitions: pd.DataFrame, start: pd.Timestamp, end: pd.Times
         alt.Chart(data)
         .mark_tick(thickness=3, size=22)
         .encode(
-            x=alt.X(
-                "time:T",
-                title=None,
-                scale=alt.Scale(domain=[start.isoformat(), end.isoformat()]),
-                axis=alt.Axis(labelOverlap=True, grid=False),
-            ),
+            x=time_x((start, end)),
             y=alt.Y("rule:N", title=None, axis=alt.Axis(labelLimit=220)),
             color=alt.Color(
                 "kind:N",
@@ -180,7 +187,7 @@ def alert_timeline(transitions: pd.DataFrame, start: pd.Timestamp, end: pd.Times
                 legend=alt.Legend(orient="top"),
             ),
             tooltip=[
-                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("rule:N"),
                 alt.Tooltip("target:N"),
                 alt.Tooltip("kind:N", title="became"),

@@ -15,10 +15,12 @@ from views.page_context import PageContext
 FLEET_SERIES_POINTS = 150  # per target; the fleet chart sums targets per bucket
 
 
-# The on-call engineer's order: health, alerts, load, the fraction, the pools; identity and detail after.
+# The on-call engineer's order: health and where it runs (pinned or first: a 1500 px screen shows them),
+# alerts, load, the fraction, context and the pools; the rest scrolls.
 COLUMN_CONFIG = {
     "server": st.column_config.TextColumn("server", pinned=True),
-    "status": st.column_config.TextColumn("status", width="small"),
+    "status": st.column_config.TextColumn("status", width="small", pinned=True),
+    "deployment": st.column_config.TextColumn("deployment", width="small"),
     "firing_alerts": st.column_config.NumberColumn("firing", format="%d", width="small"),
     "running_cap": st.column_config.TextColumn(
         "running / cap", help="running requests / max_running_requests", width="small"
@@ -34,11 +36,10 @@ COLUMN_CONFIG = {
         width="small",
     ),
     "output_tok_s": st.column_config.NumberColumn("output tok/s", format="%.0f", width="small"),
+    "avg_context_tokens": st.column_config.NumberColumn("avg context (tok)", format="compact", width="small"),
     "state_pool_usage": blocks.pool_column("state pool", "SSM state slots in use", "red"),
     "kv_usage": blocks.pool_column("KV", "full-attention KV cache in use", "blue"),
     "recipe": st.column_config.TextColumn("recipe", help="recipe_id: a hash of the serving flags"),
-    "deployment": st.column_config.TextColumn("deployment", width="small"),
-    "avg_context_tokens": st.column_config.NumberColumn("avg context (tok)", format="compact"),
     "alerts": st.column_config.TextColumn("alerts"),
     "last_seen_s": st.column_config.NumberColumn("last seen (s ago)", format="%.0f"),
     "error": st.column_config.TextColumn("last error"),
@@ -181,8 +182,17 @@ def _fleet_chart(ctx: PageContext, now_ts: float) -> None:
     window, history = data.fleet_samples(
         ctx.store_path, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS
     )
+    st.subheader(f"Fleet output, last {ctx.range_label}", anchor=False)
     if history.empty:
+        blocks.explain_no_samples(ctx, "samples")
         return
     series = fleet_frames.fleet_series(history, window.start_ts, window.duration_s / FLEET_SERIES_POINTS)
-    st.subheader(f"Fleet output, last {ctx.range_label}", anchor=False)
-    st.altair_chart(time_charts.fleet_output_chart(series), width="stretch")
+    if series["output_tok_s"].notna().any():
+        st.altair_chart(time_charts.fleet_output_chart(series), width="stretch")
+        return
+    first_age = formatting.format_age(now_ts - float(history["ts"].min())) if "ts" in history else "just now"
+    st.info(
+        f"No output measured yet: output tok/s is a rate between two scrapes of a server that is up; "
+        f"the first scrape in this range was {first_age}.",
+        icon=":material/timeline:",
+    )

@@ -137,57 +137,67 @@ def _markers(
 
 
 def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
+    def show(chart: chart_style.TopChart, columns: list[str], what: str) -> None:
+        blocks.series_chart(chart, history, columns, what)
+
     st.subheader("The fraction: throughput = accept length ÷ step latency", anchor=False)
     left, right = st.columns(2)
     with left:
-        st.altair_chart(
+        show(
             time_charts.line_chart(
                 history, "accept_length", "accept length (tokens / step)", events=markers, zero=False
             ),
-            width="stretch",
+            ["accept_length"],
+            "accept length",
         )
     with right:
-        st.altair_chart(
+        show(
             time_charts.line_chart(
                 history, "step_latency_ms", "step latency (ms / step)", events=markers, color="#e45756"
             ),
-            width="stretch",
+            ["step_latency_ms"],
+            "step latency",
         )
     left, right = st.columns(2)
+    per_request = {"per_request_tok_s": "accept ÷ step", "measured_per_request_tok_s": "output ÷ running"}
     with left:
-        st.altair_chart(
+        show(
             time_charts.multi_line_chart(
                 history,
-                {"per_request_tok_s": "accept ÷ step", "measured_per_request_tok_s": "output ÷ running"},
+                per_request,
                 "per-request throughput (tok/s)",
                 events=markers,
                 dashed=["output ÷ running"],
             ),
-            width="stretch",
+            list(per_request),
+            "per-request throughput",
         )
     with right:
-        st.altair_chart(
+        show(
             time_charts.line_chart(
                 history, "output_tok_s", "aggregate output (tok/s)", events=markers, color="#54a24b"
             ),
-            width="stretch",
+            ["output_tok_s"],
+            "output throughput",
         )
     st.subheader("Latency", anchor=False)
     left, right = st.columns(2)
     with left:
-        st.altair_chart(
+        show(
             time_charts.line_chart(history, "tpot_ms", "TPOT (ms / token)", events=markers, color="#f58518"),
-            width="stretch",
+            ["tpot_ms"],
+            "time per output token",
         )
     with right:
-        st.altair_chart(
+        show(
             time_charts.line_chart(history, "ttft_s", "TTFT (s)", events=markers, color="#b279a2"),
-            width="stretch",
+            ["ttft_s"],
+            "time to first token",
         )
     st.subheader("Load and memory", anchor=False)
     left, middle, right = st.columns(3)
     with left:
-        st.altair_chart(
+        show(
             time_charts.multi_line_chart(
                 history,
                 {"running": "running", "max_running": "cap"},
@@ -196,15 +206,17 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
                 dashed=["cap"],
                 colors={"running": "#4c78a8", "cap": "#888888"},
             ),
-            width="stretch",
+            ["running", "max_running"],
+            "running requests",
         )
     with middle:
-        st.altair_chart(
+        show(
             time_charts.line_chart(history, "queued", "queued requests", events=markers, color="#e45756"),
-            width="stretch",
+            ["queued"],
+            "queue length",
         )
     with right:
-        st.altair_chart(
+        show(
             time_charts.multi_line_chart(
                 history,
                 {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
@@ -214,7 +226,8 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
                 colors=chart_style.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
-            width="stretch",
+            ["state_pool_usage", "kv_usage"],
+            "pool usage",
         )
 
 
