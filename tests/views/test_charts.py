@@ -170,3 +170,22 @@ def test_thin_per_series() -> None:
     counts = thinned.groupby("series").size()
     assert counts["a"] <= 1000
     assert counts["b"] == 10
+
+
+def test_a_stretch_without_samples_breaks_the_line_and_axes_use_a_24_hour_clock() -> None:
+    from views.chart_style import TIME_LABEL, with_gaps
+
+    times = pd.to_datetime([0, 5, 10, 15, 500, 505, 510], unit="s", utc=True)  # 8 minutes missing
+    frame = pd.DataFrame({"time": times, "accept_length": [2.5, 2.4, 2.6, 2.5, 2.2, 2.3, 2.2]})
+    gapped = with_gaps(frame)
+    assert len(gapped) == len(frame) + 1
+    empty = gapped[gapped["accept_length"].isna()]
+    assert list(empty["time"]) == [pd.Timestamp(495, unit="s", tz="UTC")]  # inside the gap, not bridged
+    spec = time_charts.line_chart(frame, "accept_length", "accept length").to_dict()
+    assert spec["mark"].get("interpolate") in (None, "linear")  # samples joined as they are
+    assert spec["encoding"]["x"]["axis"]["labelExpr"] == TIME_LABEL
+    assert "%H:%M" in TIME_LABEL
+    assert "%I" not in TIME_LABEL  # 12-hour clock
+    assert "%p" not in TIME_LABEL
+    values = next(iter(spec["datasets"].values()))
+    assert sum(1 for v in values if v["accept_length"] is None) == 1
