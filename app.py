@@ -94,8 +94,16 @@ def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
 HISTORY_CHUNK_S = 3600.0  # one scenario hour per chunk, newest first: the 15 min and 1 h ranges fill at once
 
 
-def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
-    """An empty store starts with ``sim.history_h`` hours of the scenario, sampled as a collector would.
+def write_sim_history(
+    path: str,
+    sim: SimSettings,
+    end_ts: float,
+    *,
+    stop: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Write ``sim.history_h`` hours of the scenario into the store at ``path``, sampled as a collector would,
+    ending at ``end_ts``; returns the snapshots written.
 
     Chunks are whole hours ending at the fleet's start, so every chunk (and the live fleet after them) begins
     at the same point of an hourly scenario loop; each chunk is written as soon as it is made.
@@ -103,40 +111,55 @@ def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, e
     from collectors.store.history import SqliteStore
     from sim.history import synthesize_history
 
+    hours = math.ceil(sim.history_h * 3600.0 / HISTORY_CHUNK_S)
+    store = SqliteStore(path)  # this thread's own connection
+    written = 0
+    try:
+        for k in range(hours):
+            if stop is not None and stop.is_set():
+                break
+            if progress is not None:
+                progress(k, hours)
+            snapshots, events, recipes = synthesize_history(
+                sim.scenario,
+                servers=sim.servers,
+                duration_s=HISTORY_CHUNK_S,
+                end_ts=end_ts - k * HISTORY_CHUNK_S,
+                seed=sim.seed + k,
+            )
+            for recipe in recipes.values():
+                store.put_recipe(recipe, snapshots[0].ts if snapshots else end_ts)
+            store.append(snapshots)
+            store.add_events(events)
+            written += len(snapshots)
+    finally:
+        store.close()
+    return written
+
+
+def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
+    """An empty store starts with ``sim.history_h`` hours of the scenario (see ``write_sim_history``)."""
+    from collectors.store.history import SqliteStore
+
     probe = SqliteStore(path)  # checked before the collector starts writing
     try:
         if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and shows its gap)
             return
     finally:
         probe.close()
-    hours = math.ceil(sim.history_h * 3600.0 / HISTORY_CHUNK_S)
     stop = threading.Event()
     runtime.stoppers.append(stop.set)
 
+    def progress(done_h: int, hours: int) -> None:
+        runtime.history_note = f"writing simulated history: {done_h} of {hours} h"
+
     def fill() -> None:
-        store = SqliteStore(path)  # this thread's own connection
         try:
-            for k in range(hours):
-                if stop.is_set():
-                    return
-                runtime.history_note = f"writing simulated history: {k} of {hours} h"
-                snapshots, events, recipes = synthesize_history(
-                    sim.scenario,
-                    servers=sim.servers,
-                    duration_s=HISTORY_CHUNK_S,
-                    end_ts=end_ts - k * HISTORY_CHUNK_S,
-                    seed=sim.seed + k,
-                )
-                for recipe in recipes.values():
-                    store.put_recipe(recipe, snapshots[0].ts if snapshots else end_ts)
-                store.append(snapshots)
-                store.add_events(events)
+            write_sim_history(path, sim, end_ts, stop=stop, progress=progress)
             runtime.history_note = ""
         except Exception as exc:  # the live fleet and collector go on without the synthesised past
             log.exception("writing simulated history failed")
             runtime.history_note = f"simulated history stopped: {type(exc).__name__}: {exc}"
-        finally:
-            store.close()
 
     threading.Thread(target=fill, name="specwatch-sim-history", daemon=True).start()
 

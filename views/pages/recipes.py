@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, blocks, data, formatting, sample_bins
+from views import analysis_charts, blocks, confidence, data, formatting, sample_bins
 from views.formatting import times
 from views.fraction import (
     MIN_SAMPLES,
@@ -188,7 +188,13 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         return
     ratio = oriented_ratio(sa, sb)
     faster = "A" if ratio.a.label == a else "B"
-    verdict = "within noise" if ratio.within_noise(noise) else f"{faster} faster"
+    first, second = ratio.a.label, ratio.b.label
+    interval = confidence.ratio_interval(rows[rows["recipe"] == first], rows[rows["recipe"] == second])
+    if interval is None:  # too few windows for an interval: the noise floor alone decides
+        verdict = "within noise" if ratio.within_noise(noise) else f"{faster} faster"
+    else:
+        call = interval.call(noise)
+        verdict = f"{faster} {call}" if call in ("faster", "slower") else call
     tiles = st.columns(4)
     tiles[0].metric(
         "Throughput", times(ratio.measured), help="measured tok/s per request, faster ÷ slower", border=True
@@ -202,7 +208,19 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         help="the denominator, slower ÷ faster (> 1: the faster recipe's step is cheaper)",
         border=True,
     )
-    tiles[3].metric("Verdict", verdict, help=f"run-to-run noise ±{noise:.0%}", border=True)
+    tiles[3].metric(
+        "Verdict",
+        verdict,
+        help=f"{confidence.LEVEL:.0%} bootstrap interval of per-window means; noise floor ±{noise:.0%}",
+        border=True,
+    )
+    if interval is None:
+        st.caption(
+            f"Fewer than {confidence.MIN_WINDOWS} five-minute windows a side: judged by the ±{noise:.0%} "
+            f"noise floor alone ({sa.samples} / {sb.samples} samples)."
+        )
+    else:
+        st.markdown(interval.describe(first, second, noise))
     st.markdown(describe_ratio(ratio, noise))
     _bars(sa, sb, noise)
     curve = concurrency_curve(usable[usable["context_bin"] == cell["context_bin"]], [a, b], noise)
