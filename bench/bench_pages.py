@@ -32,8 +32,8 @@ STEP_S = 5.0
 RUNS = 9
 TARGET_RERUN_S = 0.5
 TARGET_BYTES = 2_000_000
-PAGES = ("fleet", "server")
-RANGES = ("1h", "6h")
+PAGES = ("fleet", "server", "context", "capacity", "recipes", "alerts")  # every page of views/menu.py
+RANGES = ("15m", "1h", "6h", "24h")  # every range of the picker but 7 d
 
 
 # Script times recorded from inside the page script: AppTest's own polling and tree parsing stay out.
