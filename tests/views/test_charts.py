@@ -189,3 +189,20 @@ def test_a_stretch_without_samples_breaks_the_line_and_axes_use_a_24_hour_clock(
     assert "%p" not in TIME_LABEL
     values = next(iter(spec["datasets"].values()))
     assert sum(1 for v in values if v["accept_length"] is None) == 1
+
+
+def test_an_empty_chart_says_why_in_words() -> None:
+    from views.blocks import why_no_values
+
+    base = {"time": pd.to_datetime([0, 5, 10], unit="s", utc=True), "up": True, "running": 8.0}
+    measured = pd.DataFrame({**base, "ttft_s": [0.5, 0.6, 0.5]})
+    assert why_no_values(measured, ["ttft_s"], "TTFT") is None
+    unmeasured = pd.DataFrame({**base, "ttft_s": [None, None, None]})
+    assert "not measured by this server's SGLang" in str(why_no_values(unmeasured, ["ttft_s"], "TTFT"))
+    idle = unmeasured.assign(running=0.0)
+    assert "idle" in str(why_no_values(idle, ["ttft_s"], "TTFT"))
+    down = unmeasured.assign(up=False)
+    assert "down for the whole range" in str(why_no_values(down, ["ttft_s"], "TTFT"))
+    first = unmeasured.head(1)
+    assert "only one has arrived" in str(why_no_values(first, ["ttft_s"], "TTFT"))
+    assert "No samples" in str(why_no_values(unmeasured.head(0), ["ttft_s"], "TTFT"))
