@@ -11,7 +11,10 @@ import argparse
 import atexit
 import functools
 import logging
+import math
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +24,10 @@ import streamlit as st
 from alerts.service import Service
 from collectors.runner import CollectorHealth
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
-from views import data, gate
-from views.pages import PAGES
-from views.shell import PageContext, time_range_picker
-from views.ui import plain
+from views import access, data
+from views.formatting import plain
+from views.menu import PAGES
+from views.page_context import PageContext, time_range_picker
 
 log = logging.getLogger("specwatch.app")
 
@@ -63,6 +66,7 @@ class Runtime:
     error: str | None = None
     stoppers: list[Callable[[], None]] = field(default_factory=list)
     health: Callable[[], CollectorHealth] | None = None  # the running collector's, for the sidebar
+    history_note: str = ""  # while synthesised history is being written: how far it got
     _stopped: bool = False
 
     def stop(self) -> None:
@@ -78,25 +82,86 @@ class Runtime:
 
 def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
     """Serve the simulated fleet on 127.0.0.1 and scrape it like any other (only this root may import sim)."""
-    from sim.fill import fill_store
     from sim.fleet import start_fleet
 
-    if sim.history_h and config.source == "direct":
-        try:  # a day of the fleet's past on first start, so the long ranges show something at once
-            fill_store(
-                config.store.path,
-                scenario=sim.scenario,
-                servers=sim.servers,
-                hours=sim.history_h,
-                raw_hours=min(config.store.raw_retention_h, config.store.retention_h),
-                step_s=config.scrape.interval_s,
-                seed=sim.seed,
-            )
-        except ValueError as exc:  # the store already has history (StoreNotEmptyError), or an odd interval
-            log.info("no simulated history written: %s", exc)
     fleet = start_fleet(sim)
     runtime.stoppers.append(fleet.stop)
+    if sim.history_h > 0:
+        _fill_history_in_background(config.store.path, sim, runtime, end_ts=time.time())
     return config.model_copy(update={"targets": config.targets + fleet.targets})
+
+
+HISTORY_CHUNK_S = 3600.0  # one scenario hour per chunk, newest first: the 15 min and 1 h ranges fill at once
+
+
+def write_sim_history(
+    path: str,
+    sim: SimSettings,
+    end_ts: float,
+    *,
+    stop: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Write ``sim.history_h`` hours of the scenario into the store at ``path``, sampled as a collector would,
+    ending at ``end_ts``; returns the snapshots written.
+
+    Chunks are whole hours ending at the fleet's start, so every chunk (and the live fleet after them) begins
+    at the same point of an hourly scenario loop; each chunk is written as soon as it is made.
+    """
+    from collectors.store.history import SqliteStore
+    from sim.history import synthesize_history
+
+    hours = math.ceil(sim.history_h * 3600.0 / HISTORY_CHUNK_S)
+    store = SqliteStore(path)  # this thread's own connection
+    written = 0
+    try:
+        for k in range(hours):
+            if stop is not None and stop.is_set():
+                break
+            if progress is not None:
+                progress(k, hours)
+            snapshots, events, recipes = synthesize_history(
+                sim.scenario,
+                servers=sim.servers,
+                duration_s=HISTORY_CHUNK_S,
+                end_ts=end_ts - k * HISTORY_CHUNK_S,
+                seed=sim.seed + k,
+            )
+            for recipe in recipes.values():
+                store.put_recipe(recipe, snapshots[0].ts if snapshots else end_ts)
+            store.append(snapshots)
+            store.add_events(events)
+            written += len(snapshots)
+    finally:
+        store.close()
+    return written
+
+
+def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
+    """An empty store starts with ``sim.history_h`` hours of the scenario (see ``write_sim_history``)."""
+    from collectors.store.history import SqliteStore
+
+    probe = SqliteStore(path)  # checked before the collector starts writing
+    try:
+        if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and shows its gap)
+            return
+    finally:
+        probe.close()
+    stop = threading.Event()
+    runtime.stoppers.append(stop.set)
+
+    def progress(done_h: int, hours: int) -> None:
+        runtime.history_note = f"writing simulated history: {done_h} of {hours} h"
+
+    def fill() -> None:
+        try:
+            write_sim_history(path, sim, end_ts, stop=stop, progress=progress)
+            runtime.history_note = ""
+        except Exception as exc:  # the live fleet and collector go on without the synthesised past
+            log.exception("writing simulated history failed")
+            runtime.history_note = f"simulated history stopped: {type(exc).__name__}: {exc}"
+
+    threading.Thread(target=fill, name="specwatch-sim-history", daemon=True).start()
 
 
 def _external_url() -> str:
@@ -176,7 +241,7 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
         None if config is None else start_runtime(config.model_dump_json(), config, not args.no_collector)
     )
     # The gate comes before a broken config's text, the sidebar or any history is shown.
-    if not gate.require_access(config.dashboard if config is not None else DashboardSettings(), env):
+    if not access.require_access(config.dashboard if config is not None else DashboardSettings(), env):
         # Register the pages (never run) so a deep link (/server?server=k3-7) still opens after signing in.
         st.navigation(
             [st.Page(_locked, title=p.title, url_path=p.url_path) for p in PAGES], position="hidden"
@@ -191,6 +256,8 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
         st.markdown("### :material/monitoring: specwatch")
         range_key = time_range_picker()
         st.caption(f"{runtime.note} · every {runtime.config.scrape.interval_s:g} s")
+        if runtime.history_note:
+            st.caption(runtime.history_note)
         st.caption(f"config `{path}`")
         if config_error is not None:
             st.warning(

@@ -31,8 +31,8 @@ from collectors.prometheus.source import PrometheusSource
 from collectors.store.history import SqliteStore
 from config import Config, Target, parse_config
 
-FLEET_POINTS = 150  # views.fleet.FLEET_SERIES_POINTS: the Fleet chart's points per target
-SERVER_POINTS = 1500  # views.shell.MAX_POINTS_PER_SERIES: a Server page's points
+FLEET_POINTS = 150  # views.pages.fleet.FLEET_SERIES_POINTS: the Fleet chart's points per target
+SERVER_POINTS = 1500  # views.page_context.MAX_POINTS_PER_SERIES: a Server page's points
 EXTRA_LABELS = 'model_name="kimi-k3",speculative_algorithm="DSPARK",speculative_dspark_block_size="3"'
 RECIPE = Recipe.from_flags(
     {"model": "kimi-k3", "speculative_algorithm": "DSPARK", "speculative_dspark_block_size": 3}

@@ -193,7 +193,8 @@ class SimSettings(_Settings):
         0.0,
         ge=0,
         le=400 * 24,
-        description="Hours of simulated history written into an empty store at start (sim history).",
+        description="Hours of simulated history written into an empty store at start (0: none; also "
+        "`python -m sim history`).",
     )
 
 

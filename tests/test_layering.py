@@ -96,3 +96,17 @@ def test_the_walk_catches_a_violation(tmp_path: Path) -> None:
     ]
     assert violations("sim", {"collectors.model", "collectors.model.Signals", "config"}) == []
     assert violations("sim", {"collectors.runner"}) != []
+
+
+def test_pages_import_shared_blocks_not_each_other() -> None:
+    """A page module (views/pages/*) may use any shared views module, but never another page."""
+    crossing = []
+    for path in sorted((ROOT / "views" / "pages").glob("*.py")):
+        names = imported_names(path, "views")
+        own = f"views.pages.{path.stem}"
+        crossing += [f"{path.name}: {n}" for n in names if n.startswith("views.pages.") and n != own]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "views.pages":
+                crossing.append(f"{path.name}: from views.pages import ...")
+    assert crossing == []

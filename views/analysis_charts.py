@@ -1,5 +1,6 @@
 """Pure chart builders of the analysis pages: accept length against context and batch, the ratio split,
-state pool vs KV, and recipe comparisons with noise bands. DataFrame in, chart out (see ``views.charts``).
+state pool vs KV, and recipe comparisons with noise bands. DataFrame in, chart out
+(see ``views.time_charts``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from views.charts import (
+from views.chart_style import (
     BINDING_COLORS,
     K_TOKENS_LABEL,
     NUMBER_FORMAT,
@@ -249,3 +250,34 @@ def recipe_curve(cells: pd.DataFrame, value: str, title: str, order: Sequence[st
         ],
     )
     return top_chart(alt.layer(band, line).properties(height=240))
+
+
+# -- scaling -------------------------------------------------------------------------------------------------
+def scaling_chart(curve: pd.DataFrame, value: str, title: str, knee_running: float | None) -> TopChart:
+    """One scaling measure against running requests: a dot per concurrency level, the knee a dashed rule."""
+    line = (
+        alt.Chart(curve)
+        .mark_line(point=True, color="#4c78a8")
+        .encode(
+            x=alt.X("running:Q", title="running requests"),
+            y=alt.Y(
+                f"{value}:Q", title=title, axis=alt.Axis(format=NUMBER_FORMAT), scale=alt.Scale(zero=True)
+            ),
+            tooltip=[
+                alt.Tooltip("running:Q", title="running", format=".0f"),
+                alt.Tooltip(f"{value}:Q", title=title, format=",.1f"),
+                alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".3f"),
+                alt.Tooltip("tpot_s:Q", title="TPOT (s)", format=".4f"),
+                alt.Tooltip("samples:Q"),
+            ],
+        )
+        .properties(height=220)
+    )
+    if knee_running is None:
+        return top_chart(line)
+    rule = (
+        alt.Chart(pd.DataFrame({"running": [knee_running], "label": ["knee"]}))
+        .mark_rule(strokeDash=[5, 4], color="#e45756")
+        .encode(x="running:Q", tooltip=[alt.Tooltip("label:N"), alt.Tooltip("running:Q", format=".0f")])
+    )
+    return top_chart(alt.layer(line, rule))

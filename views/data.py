@@ -27,7 +27,7 @@ from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
 from collectors.prometheus.history import open_history
 from collectors.store.history import HistoryStore, SqliteStore
 from config import Config
-from views.shell import TimeWindow, quantised_window
+from views.page_context import TimeWindow, quantised_window
 
 T = TypeVar("T")
 

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from collectors.model import loss_shares
-from views.frames import measured_tok_s_per_request
+from views.fleet_frames import measured_tok_s_per_request
+from views.formatting import times
 
 # Run-to-run noise of one throughput measurement (seed: 8–10% on random-token traffic). A ratio closer to 1
 # than this is reported as "within noise"; the Recipes page lets the reader change it.
@@ -110,11 +111,6 @@ class FractionRatio:
 
     def within_noise(self, noise: float = NOISE_FRACTION) -> bool:
         return abs(self.measured - 1.0) <= noise
-
-
-def times(value: float) -> str:
-    """'6.35×' — a ratio as the seed writes it."""
-    return f"{value:.2f}×"
 
 
 def describe_ratio(ratio: FractionRatio, noise: float = NOISE_FRACTION) -> str:

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.security.pages import page_text
 from tests.views.conftest import page_test
-from views import gate
+from views import access
 
 TOKEN = "gate-token-7f3a91c2"
 
@@ -49,7 +49,7 @@ def submit(at: AppTest, token: str) -> AppTest:
 
 @pytest.fixture
 def no_gate_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    monkeypatch.delenv(gate.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(access.TOKEN_ENV, raising=False)
     return monkeypatch
 
 
@@ -63,7 +63,7 @@ def test_no_token_configured_means_no_gate(tmp_path: Path, no_gate_env: pytest.M
 def test_the_token_from_the_environment_locks_everything_until_it_is_given(
     tmp_path: Path, no_gate_env: pytest.MonkeyPatch
 ) -> None:
-    no_gate_env.setenv(gate.TOKEN_ENV, TOKEN)
+    no_gate_env.setenv(access.TOKEN_ENV, TOKEN)
     at = page_test(write(tmp_path), "fleet").run()
     assert not at.exception
     assert locked(at)
@@ -71,7 +71,7 @@ def test_the_token_from_the_environment_locks_everything_until_it_is_given(
 
     started = time.monotonic()
     at = submit(at, TOKEN[:-1] + "x")
-    assert time.monotonic() - started >= gate.FAILED_ATTEMPT_DELAY_S  # guessing is slowed down
+    assert time.monotonic() - started >= access.FAILED_ATTEMPT_DELAY_S  # guessing is slowed down
     assert locked(at)
     assert "That token is not right." in [e.value for e in at.error]
 
@@ -79,7 +79,7 @@ def test_the_token_from_the_environment_locks_everything_until_it_is_given(
     assert not at.exception
     assert at.title[0].value == "Fleet"
     assert TOKEN not in page_text(at)  # nor in the session: only its digest is kept
-    assert at.session_state[gate._SESSION_KEY] != TOKEN
+    assert at.session_state[access._SESSION_KEY] != TOKEN
     at = at.run()  # the session stays open on reruns
     assert at.title[0].value == "Fleet"
 
@@ -87,7 +87,7 @@ def test_the_token_from_the_environment_locks_everything_until_it_is_given(
 def test_a_token_env_named_in_config_replaces_the_default_variable(
     tmp_path: Path, no_gate_env: pytest.MonkeyPatch
 ) -> None:
-    no_gate_env.setenv(gate.TOKEN_ENV, "the-default-one")
+    no_gate_env.setenv(access.TOKEN_ENV, "the-default-one")
     no_gate_env.setenv("FLEET_DASHBOARD_TOKEN", TOKEN)
     config = write(tmp_path, dashboard={"token_env": "FLEET_DASHBOARD_TOKEN"})
     at = submit(page_test(config, "fleet").run(), "the-default-one")
@@ -111,7 +111,7 @@ def test_a_named_but_unset_variable_fails_closed(tmp_path: Path, no_gate_env: py
 def test_the_gate_comes_before_a_broken_config_is_described(
     tmp_path: Path, no_gate_env: pytest.MonkeyPatch
 ) -> None:
-    no_gate_env.setenv(gate.TOKEN_ENV, TOKEN)
+    no_gate_env.setenv(access.TOKEN_ENV, TOKEN)
     path = tmp_path / "broken.yaml"
     path.write_text("scrape: {interval_s: 5, timout_s: 3}\nstore: {path: secret-layout.sqlite}\n")
     at = page_test(path, "fleet").run()
@@ -132,7 +132,7 @@ def test_tokens_are_compared_in_constant_time(
         return real(a, b)
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
-    no_gate_env.setenv(gate.TOKEN_ENV, TOKEN)
+    no_gate_env.setenv(access.TOKEN_ENV, TOKEN)
     at = submit(page_test(write(tmp_path), "fleet").run(), TOKEN)
     assert at.title[0].value == "Fleet"
     assert (TOKEN.encode(), TOKEN.encode()) in calls

@@ -31,7 +31,7 @@ import yaml
 from tests.collectors.servers import LoopbackServer
 from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
 from tests.security.hostile import Canary, canary, status_line_server
-from views.pages import PAGES
+from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "browser-gate-5d1c9e"

@@ -30,7 +30,7 @@ from tests.collectors.servers import FakeSGLang, LoopbackServer, hang, refused_u
 from tests.security.hostile import Canary, canary, reflecting_servers
 from tests.security.pages import page_text
 from tests.views.conftest import page_test
-from views.pages import PAGES
+from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "SPECWATCH_TEST_FLEET_TOKEN"

@@ -98,17 +98,17 @@ def test_phases_with_until_revert_and_ramps_step_geometrically() -> None:
     fleet = SimFleet("demo")
     burst = fleet.server("k3-east-1")
     burst.advance(1199.0)
-    assert burst.load.concurrency == 24
+    assert burst.load.concurrency == 32
     burst.advance(1201.0)
     assert burst.load.concurrency == 48
     burst.advance(1801.0)
-    assert burst.load.concurrency == 24  # until_s restored the template's load
+    assert burst.load.concurrency == 32  # until_s restored the template's load
     outage = fleet.server("k3-east-2")
-    outage.advance(4250.0)
+    outage.advance(3600.0 + 650.0)  # the hourly loop: down at minute 10 for two minutes
     assert (outage.fault, outage.listening) == ("down", False)
     longctx = fleet.server("k3-east-longctx")
     seen = []
-    for t in range(0, 2701, 300):
+    for t in range(0, 2401, 300):
         longctx.advance(float(t))
         seen.append(longctx.workload.isl)
     assert seen[0] == 1024

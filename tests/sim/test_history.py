@@ -28,7 +28,7 @@ def by_target(snapshots: list[TargetSnapshot]) -> dict[str, list[TargetSnapshot]
 def test_one_snapshot_per_server_per_step(demo_hour: tuple[list[TargetSnapshot], list[Event], dict]) -> None:
     snapshots, _, recipes = demo_hour
     per_target = by_target(snapshots)
-    assert len(per_target) == 8
+    assert len(per_target) == 11
     for target, rows in per_target.items():
         assert [r.ts for r in rows] == [END - 3600 + 5 * k for k in range(1, 721)], target
         assert all(r.recipe_id in recipes for r in rows)
@@ -37,16 +37,16 @@ def test_one_snapshot_per_server_per_step(demo_hour: tuple[list[TargetSnapshot],
 
 def test_events_follow_the_scenario(demo_hour: tuple[list[TargetSnapshot], list[Event], dict]) -> None:
     _, events, recipes = demo_hour
-    kinds = [(e.target, e.kind) for e in events]
-    assert kinds == [
-        ("k3-west-1", "down"),
-        ("k3-west-1", "restart"),
-        ("k3-west-1", "recipe_change"),
-        ("k3-west-1", "up"),
-    ]
-    assert events[1].ts == END - 3600 + 2400  # the restart at 40 min
-    assert events[3].ts - events[0].ts == pytest.approx(195, abs=5)  # down while it boots (194 s)
-    assert len(recipes) == 3
+    assert [(e.target, e.kind) for e in events if e.target == "k3-east-2"] == [
+        ("k3-east-2", "down"),
+        ("k3-east-2", "up"),
+    ]  # the two-minute outage at minute 10
+    restarts = [e for e in events if e.target == "k3-west-1"]
+    assert [e.kind for e in restarts] == ["down", "restart", "recipe_change", "up"] * 2
+    assert restarts[1].ts == END - 3600 + 2400  # onto block size 3 at minute 40, back at minute 55
+    assert restarts[5].ts == END - 3600 + 3300
+    assert restarts[3].ts - restarts[0].ts == pytest.approx(195, abs=5)  # down while it boots (194 s)
+    assert len(recipes) == 4
 
 
 def test_signals_show_the_mechanism(demo_hour: tuple[list[TargetSnapshot], list[Event], dict]) -> None:
@@ -56,7 +56,7 @@ def test_signals_show_the_mechanism(demo_hour: tuple[list[TargetSnapshot], list[
     assert statistics.fmean(s.kv_usage or 0 for s in saturated) == pytest.approx(0.29, abs=0.03)
     assert min(s.queued or 0 for s in saturated) > 0
     longctx = [r.signals for r in rows["k3-east-longctx"]]
-    early, late = longctx[12:120], longctx[480:540]  # minutes 1–10 vs 40–45 of the 1K → 64K ramp
+    early, late = longctx[12:120], longctx[480:540]  # minutes 1–10 vs 40–45: the ramp's start vs 64K
     assert statistics.fmean(s.avg_context_tokens or 0 for s in late) > 8 * statistics.fmean(
         s.avg_context_tokens or 0 for s in early
     )
@@ -78,8 +78,11 @@ def test_signals_show_the_mechanism(demo_hour: tuple[list[TargetSnapshot], list[
 def test_down_snapshots_say_why(demo_hour: tuple[list[TargetSnapshot], list[Event], dict]) -> None:
     down = [r for r in demo_hour[0] if not r.up]
     assert down
-    assert all(r.target == "k3-west-1" for r in down)
-    assert all("booting" in (r.error or "") and r.signals.running is None for r in down)
+    assert {r.target for r in down} == {"k3-west-1", "k3-east-2"}  # restarts, and a two-minute outage
+    assert all(
+        ("booting" if r.target == "k3-west-1" else "outage") in (r.error or "") and r.signals.running is None
+        for r in down
+    )
 
 
 def test_same_seed_same_history_and_servers_override() -> None:

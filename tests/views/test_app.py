@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.history import SqliteStore
 from tests.views.conftest import APP_TIMEOUT_S, SeedCase, page_test, write_config
-from views.pages import PAGES
+from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE_PATHS = [p.url_path for p in PAGES]

@@ -1,12 +1,15 @@
-"""The real thing: ``make run``'s command on the simulated fleet, in Debian's chromium driven by Playwright.
+"""The real thing: `make run`'s command on the simulated demo fleet, in Debian's chromium via Playwright.
 
-Every page loads, its charts render, no exception element appears, the websocket carries < 2 MB per page, and
-a screenshot of each page lands in test-output/screenshots/.
+The dashboard starts on an empty store and writes its own day of simulated history (config/default.yaml's
+``sim.history_h``). Every page at 15 min, 1 h, 6 h and 24 h: no exception element, every chart draws marks
+(an empty one would be a sentence instead), every time axis reads a 24-hour clock (or a date at midnight),
+the websocket carries < 2 MB per page, and a screenshot of each page at 1 h lands in test-output/screenshots/.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,15 +23,24 @@ import pytest
 import yaml
 
 from collectors.store.history import SqliteStore
-from sim.history import synthesize_history
 from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
-from views.pages import PAGES
+from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
 MAX_PAGE_BYTES = 2_000_000
 PAGE_TIMEOUT_MS = 60_000
 DRAWN_CHART = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg'
+RANGES = ("15m", "1h", "6h", "24h")
+DEMO_SERVERS, HISTORY_H = 11, 24
+FILL_TIMEOUT_S = 240.0
+TIME_LABEL = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^\d{2} [A-Z][a-z]{2}$")  # 21:03, or 01 Dec at midnight
+# Per chart: how many data marks Vega drew, and the labels of its time axis (Vega's SVG names axes in aria).
+CHART_FACTS = """() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')].map(c => ({
+    marks: c.querySelectorAll('g.role-mark path, g.role-mark line, g.role-mark rect').length,
+    time_labels: [...c.querySelectorAll('g[aria-label*="time scale"] g.role-axis-label text')]
+        .map(t => t.textContent),
+}))"""
 
 pytestmark = BROWSER_MARKS
 
@@ -48,17 +60,10 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout_
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``make run`` with the embedded default (the simulated demo fleet), on an hour of prior history."""
+def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``make run`` with the embedded default (the simulated demo fleet) on an empty store."""
     folder = tmp_path_factory.mktemp("browser")
     store_path = folder / "history.sqlite"
-    snapshots, events, recipes = synthesize_history("demo", duration_s=3600, step_s=5.0, end_ts=time.time())
-    store = SqliteStore(store_path)
-    for recipe in recipes.values():
-        store.put_recipe(recipe, snapshots[0].ts)
-    store.append(snapshots)
-    store.add_events(events)
-    store.close()
     config = yaml.safe_load((ROOT / "config" / "default.yaml").read_text(encoding="utf-8"))
     config["store"]["path"] = str(store_path)  # the default, with its history kept out of the work tree
     config_path = folder / "specwatch.yaml"
@@ -78,7 +83,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process, log)
-        yield url
+        yield url, store_path
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -90,11 +95,37 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         shutil.copy(log, SCREENSHOTS.parent / "streamlit-browser.log")  # kept with the screenshots
 
 
-def test_every_page_renders_in_chromium(dashboard: str) -> None:
-    from playwright.sync_api import sync_playwright
+def wait_for_history(store_path: Path, timeout_s: float = FILL_TIMEOUT_S) -> None:
+    """The dashboard's own filler has written the day of history (it starts with the first page view)."""
+    wanted = DEMO_SERVERS * HISTORY_H * 720  # one snapshot per server every 5 s
+    deadline = time.monotonic() + timeout_s
+    count = 0
+    while time.monotonic() < deadline:
+        if store_path.exists():
+            store = SqliteStore(store_path)
+            try:
+                count = store.count_samples()
+            finally:
+                store.close()
+            if count >= wanted:
+                return
+        time.sleep(1.0)
+    raise AssertionError(f"only {count} of {wanted} history snapshots after {timeout_s:.0f} s")
 
+
+def test_every_page_at_every_range_draws_or_says_why(dashboard: tuple[str, Path]) -> None:
+    from playwright.sync_api import Page, sync_playwright
+
+    url, store_path = dashboard
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     received = {"bytes": 0}
+
+    def settle(page: Page, title: str) -> None:
+        page.wait_for_selector('[data-testid="stApp"]', timeout=PAGE_TIMEOUT_MS)
+        page.get_by_role("heading", name=title).first.wait_for(timeout=PAGE_TIMEOUT_MS)
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=PAGE_TIMEOUT_MS)
+        page.wait_for_timeout(1500)  # let vega finish drawing
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -106,22 +137,29 @@ def test_every_page_renders_in_chromium(dashboard: str) -> None:
                     lambda payload: received.__setitem__("bytes", received["bytes"] + len(payload)),
                 ),
             )
-            for spec in PAGES:
-                received["bytes"] = 0
-                page.goto(f"{dashboard}/{'' if spec is PAGES[0] else spec.url_path}")
-                page.wait_for_selector('[data-testid="stApp"]', timeout=PAGE_TIMEOUT_MS)
-                page.get_by_role("heading", name=spec.title).first.wait_for(timeout=PAGE_TIMEOUT_MS)
-                if spec.url_path != "alerts":  # a fresh alert engine may have nothing to chart yet
-                    page.wait_for_selector(DRAWN_CHART, timeout=PAGE_TIMEOUT_MS)
-                page.wait_for_selector(
-                    '[data-testid="stStatusWidget"]', state="detached", timeout=PAGE_TIMEOUT_MS
-                )
-                page.wait_for_timeout(1500)  # let vega finish drawing before the screenshot
-                page.screenshot(path=str(SCREENSHOTS / f"{spec.url_path}.png"), full_page=True)
-                exceptions = page.locator('[data-testid="stException"]')
-                assert exceptions.count() == 0, exceptions.first.inner_text()
-                charts = page.locator('[data-testid="stVegaLiteChart"]').count()
-                assert spec.url_path == "alerts" or charts > 0, f"{spec.title}: no chart rendered"
-                assert received["bytes"] < MAX_PAGE_BYTES, f"{spec.title}: {received['bytes']} bytes"
+            page.goto(url)  # the first view starts the runtime: the fleet, the collector, the filler
+            settle(page, PAGES[0].title)
+            wait_for_history(store_path)
+            for range_key in RANGES:
+                for spec in PAGES:
+                    where = f"{spec.title} at {range_key}"
+                    received["bytes"] = 0
+                    path = "" if spec is PAGES[0] else spec.url_path
+                    page.goto(f"{url}/{path}?range={range_key}")
+                    settle(page, spec.title)
+                    if spec.url_path != "alerts":  # a fresh alert engine may have nothing to chart yet
+                        page.wait_for_selector(DRAWN_CHART, timeout=PAGE_TIMEOUT_MS)
+                    if range_key == "1h":
+                        page.screenshot(path=str(SCREENSHOTS / f"{spec.url_path}.png"), full_page=True)
+                    exceptions = page.locator('[data-testid="stException"]')
+                    assert exceptions.count() == 0, f"{where}: {exceptions.first.inner_text()}"
+                    charts = page.evaluate(CHART_FACTS)
+                    sentences = page.locator('[data-testid="stAlertContentInfo"]').count()
+                    assert charts or sentences, f"{where}: neither a chart nor a sentence"
+                    for i, chart in enumerate(charts):
+                        assert chart["marks"] > 0, f"{where}: chart {i} drew nothing and said nothing"
+                        odd = [t for t in chart["time_labels"] if not TIME_LABEL.match(t)]
+                        assert not odd, f"{where}: chart {i} time labels {odd}"
+                    assert received["bytes"] < MAX_PAGE_BYTES, f"{where}: {received['bytes']} bytes"
         finally:
             browser.close()

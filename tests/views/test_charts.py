@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from views import analysis_charts, charts
+from views import analysis_charts, chart_style, time_charts
 from views.fraction import FractionRatio, FractionSummary
-from views.shell import MAX_POINTS_PER_SERIES
+from views.page_context import MAX_POINTS_PER_SERIES
 
 
 def series(n: int, **columns: Any) -> pd.DataFrame:
@@ -29,7 +29,7 @@ def rows(spec: dict[str, Any], layer: dict[str, Any]) -> list[dict[str, Any]]:
 def test_line_chart_has_units_and_never_sends_more_than_the_cap() -> None:
     n = 5000
     frame = series(n, accept_length=np.linspace(2.0, 3.0, n))
-    spec = charts.line_chart(frame, "accept_length", "accept length (tokens / step)").to_dict()
+    spec = time_charts.line_chart(frame, "accept_length", "accept length (tokens / step)").to_dict()
     assert spec["encoding"]["y"]["title"] == "accept length (tokens / step)"
     sent = rows(spec, spec)
     assert len(sent) <= MAX_POINTS_PER_SERIES
@@ -46,24 +46,26 @@ def test_events_become_rules_with_a_tooltip() -> None:
             "target": ["k3"],
         }
     )
-    spec = charts.line_chart(frame, "step_latency_ms", "step latency (ms / step)", events=events).to_dict()
+    spec = time_charts.line_chart(
+        frame, "step_latency_ms", "step latency (ms / step)", events=events
+    ).to_dict()
     line, rules = layers(spec)
     assert line["mark"]["type"] == "line"
     assert rules["mark"]["type"] == "rule"
     assert rules["encoding"]["color"]["scale"]["domain"] == ["recipe_change"]
-    assert rules["encoding"]["color"]["scale"]["range"] == [charts.EVENT_COLORS["recipe_change"]]
+    assert rules["encoding"]["color"]["scale"]["range"] == [time_charts.EVENT_COLORS["recipe_change"]]
     assert rows(spec, rules)[0]["detail"] == "r-a → r-b"
     assert spec["resolve"]["scale"]["color"] == "independent"
 
 
 def test_pool_chart_is_a_percent_axis_from_zero_to_one() -> None:
     frame = series(20, state_pool_usage=np.full(20, 0.98), kv_usage=np.full(20, 0.29))
-    spec = charts.multi_line_chart(
+    spec = time_charts.multi_line_chart(
         frame,
         {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
         "pool usage (%)",
         y_format="%",
-        colors=charts.POOL_COLORS,
+        colors=chart_style.POOL_COLORS,
         y_domain=(0.0, 1.0),
     ).to_dict()
     y = spec["encoding"]["y"]
@@ -122,7 +124,7 @@ def test_pools_scatter_colours_what_binds() -> None:
     scale = points["encoding"]["color"]["scale"]
     assert (
         dict(zip(scale["domain"], scale["range"], strict=True))["state pool"]
-        == charts.BINDING_COLORS["state pool"]
+        == chart_style.BINDING_COLORS["state pool"]
     )
     assert points["encoding"]["x"]["scale"]["domain"] == [0, 1]
     assert len(rows(spec, points)) == 2
@@ -157,14 +159,50 @@ def test_alert_timeline_spans_the_whole_window() -> None:
     )
     start = pd.Timestamp(1_800_000_000, unit="s", tz="UTC")
     end = pd.Timestamp(1_800_003_600, unit="s", tz="UTC")
-    spec = charts.alert_timeline(transitions, start, end).to_dict()
+    spec = time_charts.alert_timeline(transitions, start, end).to_dict()
     assert spec["encoding"]["x"]["scale"]["domain"] == [start.isoformat(), end.isoformat()]
-    assert spec["encoding"]["color"]["scale"]["domain"] == list(charts.KIND_COLORS)
+    assert spec["encoding"]["color"]["scale"]["domain"] == list(time_charts.KIND_COLORS)
 
 
 def test_thin_per_series() -> None:
     frame = pd.DataFrame({"series": ["a"] * 4000 + ["b"] * 10, "v": range(4010)})
-    thinned = charts.thin(frame, 1000, by="series")
+    thinned = chart_style.thin(frame, 1000, by="series")
     counts = thinned.groupby("series").size()
     assert counts["a"] <= 1000
     assert counts["b"] == 10
+
+
+def test_a_stretch_without_samples_breaks_the_line_and_axes_use_a_24_hour_clock() -> None:
+    from views.chart_style import TIME_LABEL, with_gaps
+
+    times = pd.to_datetime([0, 5, 10, 15, 500, 505, 510], unit="s", utc=True)  # 8 minutes missing
+    frame = pd.DataFrame({"time": times, "accept_length": [2.5, 2.4, 2.6, 2.5, 2.2, 2.3, 2.2]})
+    gapped = with_gaps(frame)
+    assert len(gapped) == len(frame) + 1
+    empty = gapped[gapped["accept_length"].isna()]
+    assert list(empty["time"]) == [pd.Timestamp(495, unit="s", tz="UTC")]  # inside the gap, not bridged
+    spec = time_charts.line_chart(frame, "accept_length", "accept length").to_dict()
+    assert spec["mark"].get("interpolate") in (None, "linear")  # samples joined as they are
+    assert spec["encoding"]["x"]["axis"]["labelExpr"] == TIME_LABEL
+    assert "%H:%M" in TIME_LABEL
+    assert "%I" not in TIME_LABEL  # 12-hour clock
+    assert "%p" not in TIME_LABEL
+    values = next(iter(spec["datasets"].values()))
+    assert sum(1 for v in values if v["accept_length"] is None) == 1
+
+
+def test_an_empty_chart_says_why_in_words() -> None:
+    from views.blocks import why_no_values
+
+    base = {"time": pd.to_datetime([0, 5, 10], unit="s", utc=True), "up": True, "running": 8.0}
+    measured = pd.DataFrame({**base, "ttft_s": [0.5, 0.6, 0.5]})
+    assert why_no_values(measured, ["ttft_s"], "TTFT") is None
+    unmeasured = pd.DataFrame({**base, "ttft_s": [None, None, None]})
+    assert "not measured by this server's SGLang" in str(why_no_values(unmeasured, ["ttft_s"], "TTFT"))
+    idle = unmeasured.assign(running=0.0)
+    assert "idle" in str(why_no_values(idle, ["ttft_s"], "TTFT"))
+    down = unmeasured.assign(up=False)
+    assert "down for the whole range" in str(why_no_values(down, ["ttft_s"], "TTFT"))
+    first = unmeasured.head(1)
+    assert "only one has arrived" in str(why_no_values(first, ["ttft_s"], "TTFT"))
+    assert "No samples" in str(why_no_values(unmeasured.head(0), ["ttft_s"], "TTFT"))

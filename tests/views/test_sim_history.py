@@ -13,7 +13,7 @@ from collectors.model import TargetSnapshot
 from collectors.store.history import SqliteStore
 from sim.history import synthesize_history
 from tests.views.conftest import page_test, write_config
-from views.pages import PAGES
+from views.menu import PAGES
 
 STEP_S = 5.0
 

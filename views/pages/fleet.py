@@ -5,49 +5,22 @@ What the on-call engineer opens first: trouble sorts to the top, a row opens tha
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
 
-from views import charts, data, frames, nav, ui
-from views.frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP, STATUSES
-from views.shell import PageContext
+from views import blocks, data, fleet_frames, formatting, links, time_charts
+from views.fleet_frames import STATUS_DOWN, STATUSES
+from views.page_context import PageContext
 
 FLEET_SERIES_POINTS = 150  # per target; the fleet chart sums targets per bucket
 
-# Text, not emoji: a dot renders in every font; the colour comes from the table style.
-STATUS_BADGES = {
-    STATUS_UP: "● up",
-    STATUS_DOWN: "● down",
-    STATUS_STALE: "● stale",
-    STATUS_NO_DATA: "○ no data",
-}
-STATUS_COLORS = {
-    STATUS_UP: "#2e7d32",
-    STATUS_DOWN: "#c62828",
-    STATUS_STALE: "#ef6c00",
-    STATUS_NO_DATA: "#757575",
-}
 
-
-def status_style(badge: object) -> str:
-    """CSS for a status cell, e.g. '● down' → bold red."""
-    status = str(badge).split(" ", 1)[-1]
-    return f"color: {STATUS_COLORS.get(status, '#333')}; font-weight: 600"
-
-
-def pool_column(label: str, help_text: str, color: str) -> Any:
-    """A 0–100 % bar (the table shows usage × 100 so the label reads "98%", not "98.00%")."""
-    return st.column_config.ProgressColumn(
-        label, format="%.0f%%", min_value=0.0, max_value=100.0, help=help_text, color=color, width="small"
-    )
-
-
-# The on-call engineer's order: health, alerts, load, the fraction, the pools; identity and detail after.
+# The on-call engineer's order: health and where it runs (pinned or first: a 1500 px screen shows them),
+# alerts, load, the fraction, context and the pools; the rest scrolls.
 COLUMN_CONFIG = {
     "server": st.column_config.TextColumn("server", pinned=True),
-    "status": st.column_config.TextColumn("status", width="small"),
+    "status": st.column_config.TextColumn("status", width="small", pinned=True),
+    "deployment": st.column_config.TextColumn("deployment", width="small"),
     "firing_alerts": st.column_config.NumberColumn("firing", format="%d", width="small"),
     "running_cap": st.column_config.TextColumn(
         "running / cap", help="running requests / max_running_requests", width="small"
@@ -63,11 +36,10 @@ COLUMN_CONFIG = {
         width="small",
     ),
     "output_tok_s": st.column_config.NumberColumn("output tok/s", format="%.0f", width="small"),
-    "state_pool_usage": pool_column("state pool", "SSM state slots in use", "red"),
-    "kv_usage": pool_column("KV", "full-attention KV cache in use", "blue"),
+    "avg_context_tokens": st.column_config.NumberColumn("avg context (tok)", format="compact", width="small"),
+    "state_pool_usage": blocks.pool_column("state pool", "SSM state slots in use", "red"),
+    "kv_usage": blocks.pool_column("KV", "full-attention KV cache in use", "blue"),
     "recipe": st.column_config.TextColumn("recipe", help="recipe_id: a hash of the serving flags"),
-    "deployment": st.column_config.TextColumn("deployment", width="small"),
-    "avg_context_tokens": st.column_config.NumberColumn("avg context (tok)", format="compact"),
     "alerts": st.column_config.TextColumn("alerts"),
     "last_seen_s": st.column_config.NumberColumn("last seen (s ago)", format="%.0f"),
     "error": st.column_config.TextColumn("last error"),
@@ -79,52 +51,34 @@ def render(ctx: PageContext) -> None:
     st.fragment(run_every=ctx.interval_s)(_live)(ctx)
 
 
-def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, data.AlertBoard | None]:
-    """The Fleet table as of now (shared with the Capacity page) and the alert board it was joined with."""
-    window = ctx.window()
-    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
-    board = data.alert_board(
-        ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
-    )
-    configured = {t.name: t.deployment for t in ctx.config.targets}
-    table = frames.fleet_table(
-        latest,
-        now_ts=now_ts,
-        stale_after_s=ctx.stale_after_s,
-        configured=configured,
-        firing=data.firing_by_target(board),
-    )
-    return table, board
-
-
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
-    with ui.store_errors():
-        table, board = load_fleet_table(ctx, now_ts)
+    with blocks.store_errors():
+        table, board = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
-            ui.explain_no_samples(ctx, "server has reported")
+            blocks.explain_no_samples(ctx, "server has reported")
             return
         newest = table["last_seen_s"].min()
-        ui.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
+        blocks.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
         _banners(table, board is None)
-        _totals(frames.fleet_totals(table))
+        _totals(fleet_frames.fleet_totals(table))
         shown = _filtered(table)
         _table(shown)
         _fleet_chart(ctx, now_ts)
 
 
 def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
-    totals = frames.fleet_totals(table)
+    totals = fleet_frames.fleet_totals(table)
     down = table[table["status"] == STATUS_DOWN]
     if totals.up == 0:
         reasons = "; ".join(
-            ui.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
+            formatting.plain(f"{server}: {error or 'no answer'}")  # server words, shown as text
             for server, error in zip(table["server"].head(3), table["error"].head(3), strict=True)
         )
         st.error(f"**No server is up** ({totals.servers} known). {reasons}", icon=":material/error:")
     elif not down.empty:
         names = ", ".join(
-            ui.plain(f"{server} ({error or 'down'})")
+            formatting.plain(f"{server} ({error or 'down'})")
             for server, error in zip(down["server"].head(5), down["error"].head(5), strict=True)
         )
         more = f" and {len(down) - 5} more" if len(down) > 5 else ""
@@ -133,7 +87,7 @@ def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
         st.caption("Firing alerts: no alert engine data yet (the column fills once the alert engine runs).")
 
 
-def _totals(totals: frames.FleetTotals) -> None:
+def _totals(totals: fleet_frames.FleetTotals) -> None:
     row1 = st.columns(4)
     row1[0].metric(
         "Servers up",
@@ -142,25 +96,30 @@ def _totals(totals: frames.FleetTotals) -> None:
         border=True,
     )
     row1[1].metric(
-        "Output", ui.num(totals.output_tok_s, ",.0f", "tok/s"), help="sum over servers up", border=True
+        "Output",
+        formatting.num(totals.output_tok_s, ",.0f", "tok/s"),
+        help="sum over servers up",
+        border=True,
     )
     row1[2].metric(
         "Running / cap",
-        f"{ui.num(totals.running, ',.0f')} / {ui.num(totals.cap, ',.0f')}",
+        f"{formatting.num(totals.running, ',.0f')} / {formatting.num(totals.cap, ',.0f')}",
         help="running requests / sum of max_running_requests, servers up",
         border=True,
     )
-    row1[3].metric("Queued", ui.num(totals.queued, ",.0f"), help="requests waiting, servers up", border=True)
+    row1[3].metric(
+        "Queued", formatting.num(totals.queued, ",.0f"), help="requests waiting, servers up", border=True
+    )
     row2 = st.columns(4)
     row2[0].metric(
         "Accept length (median)",
-        ui.num(totals.accept_length_median, ".2f", "tok/step"),
+        formatting.num(totals.accept_length_median, ".2f", "tok/step"),
         help="numerator: accepted tokens per verify step, median over servers up",
         border=True,
     )
     row2[1].metric(
         "Step latency (median)",
-        ui.num(totals.step_latency_ms_median, ".1f", "ms"),
+        formatting.num(totals.step_latency_ms_median, ".1f", "ms"),
         help="denominator: accept length × TPOT, median over servers up",
         border=True,
     )
@@ -184,7 +143,7 @@ def _filtered(table: pd.DataFrame) -> pd.DataFrame:
     statuses = right.multiselect(
         "Status", [s for s in STATUSES if s in set(table["status"])], key="fleet_status"
     )
-    return frames.filter_table(table, deployments=deployments, recipes=recipes, statuses=statuses)
+    return fleet_frames.filter_table(table, deployments=deployments, recipes=recipes, statuses=statuses)
 
 
 def _table(shown: pd.DataFrame) -> None:
@@ -192,17 +151,17 @@ def _table(shown: pd.DataFrame) -> None:
         st.info("No server matches the filters.", icon=":material/filter_alt_off:")
         return
     display = shown.assign(
-        status=shown["status"].map(STATUS_BADGES),
+        status=shown["status"].map(blocks.STATUS_BADGES),
         state_pool_usage=shown["state_pool_usage"] * 100.0,
         kv_usage=shown["kv_usage"] * 100.0,
     ).reset_index(drop=True)
     st.caption(f"{len(shown)} server(s) · select a row to open its page")
     event = st.dataframe(
-        display.style.map(status_style, subset=["status"]),
+        display.style.map(blocks.status_style, subset=["status"]),
         column_config=COLUMN_CONFIG,
         column_order=list(COLUMN_CONFIG),
         hide_index=True,
-        placeholder=ui.DASH,
+        placeholder=formatting.DASH,
         width="stretch",
         height=min(38 + 35 * len(display), 600),
         on_select="rerun",
@@ -211,20 +170,29 @@ def _table(shown: pd.DataFrame) -> None:
     )
     rows = event.selection.rows if event is not None else []
     if rows:
-        nav.open_server(str(display.iloc[rows[0]]["server"]))
+        links.open_server(str(display.iloc[rows[0]]["server"]))
     choice = st.selectbox(
         "Open a server's page", list(shown["server"]), index=None, placeholder="server name", key="fleet_open"
     )
     if choice:
-        nav.open_server(str(choice))
+        links.open_server(str(choice))
 
 
 def _fleet_chart(ctx: PageContext, now_ts: float) -> None:
     window, history = data.fleet_samples(
         ctx.store_path, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS
     )
-    if history.empty:
-        return
-    series = frames.fleet_series(history, window.start_ts, window.duration_s / FLEET_SERIES_POINTS)
     st.subheader(f"Fleet output, last {ctx.range_label}", anchor=False)
-    st.altair_chart(charts.fleet_output_chart(series), width="stretch")
+    if history.empty:
+        blocks.explain_no_samples(ctx, "samples")
+        return
+    series = fleet_frames.fleet_series(history, window.start_ts, window.duration_s / FLEET_SERIES_POINTS)
+    if series["output_tok_s"].notna().any():
+        st.altair_chart(time_charts.fleet_output_chart(series), width="stretch")
+        return
+    first_age = formatting.format_age(now_ts - float(history["ts"].min())) if "ts" in history else "just now"
+    st.info(
+        f"No output measured yet: output tok/s is a rate between two scrapes of a server that is up; "
+        f"the first scrape in this range was {first_age}.",
+        icon=":material/timeline:",
+    )

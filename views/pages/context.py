@@ -10,7 +10,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import analysis_charts, data, frames, ui
+from views import analysis_charts, blocks, data, formatting, sample_bins
+from views.formatting import times
 from views.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
@@ -20,10 +21,10 @@ from views.fraction import (
     describe_ratio,
     fit_log2,
     summarize,
-    times,
     trend,
 )
-from views.shell import PageContext, TimeWindow
+from views.page_context import PageContext, TimeWindow
+from views.sample_bins import prepare
 
 CONTEXT_POINTS = 300  # per target: enough to separate context bins, small enough for a 200-server fleet
 ALL = "all"
@@ -36,13 +37,13 @@ def render(ctx: PageContext) -> None:
         "context makes the draft's job harder (a mechanism). Context also raises step latency through "
         "attention cost."
     )
-    with ui.store_errors():
+    with blocks.store_errors():
         window, history = data.fleet_samples(
             ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, CONTEXT_POINTS
         )
         usable = prepare(history)
         if usable.empty:
-            ui.explain_no_samples(ctx, "accept-length samples")
+            blocks.explain_no_samples(ctx, "accept-length samples")
             return
         recipes = sorted(usable["recipe"].unique())
         chosen = st.multiselect("Recipes", recipes, default=recipes, key="context_recipes")
@@ -56,17 +57,6 @@ def render(ctx: PageContext) -> None:
         with right:
             _batch_panel(usable)
         _loss_split(ctx, usable, window)
-
-
-def prepare(history: pd.DataFrame) -> pd.DataFrame:
-    """Samples of servers up with an accept length, labelled with recipe, context and concurrency bins."""
-    if history.empty:
-        return history.assign(recipe=pd.Series(dtype="object"))
-    usable = history[history["up"].astype(bool) & history["accept_length"].notna()].copy()
-    usable["recipe"] = usable["recipe_id"].fillna("unknown").astype(str)
-    usable["context_bin"] = frames.context_bin(usable["avg_context_tokens"])
-    usable["concurrency"] = frames.concurrency_bin(usable["running"])
-    return usable
 
 
 def _fit_table(usable: pd.DataFrame, x: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -126,7 +116,7 @@ def _context_panel(usable: pd.DataFrame) -> None:
         table,
         hide_index=True,
         width="stretch",
-        placeholder=ui.DASH,
+        placeholder=formatting.DASH,
         column_config=FIT_COLUMNS,
         key="context_fit",
     )
@@ -140,7 +130,7 @@ def _batch_panel(usable: pd.DataFrame) -> None:
         return
     # Hold context fixed: across bins, batch size and context move together and the decay would show here too.
     counts = rows.groupby("context_bin").size()
-    bins = frames.context_bin_order(list(counts.index))
+    bins = sample_bins.context_bin_order(list(counts.index))
     context = st.selectbox(
         "Context bin",
         bins,
@@ -162,7 +152,7 @@ def _batch_panel(usable: pd.DataFrame) -> None:
         table,
         hide_index=True,
         width="stretch",
-        placeholder=ui.DASH,
+        placeholder=formatting.DASH,
         column_config=FIT_COLUMNS,
         key="batch_fit",
     )
@@ -217,7 +207,7 @@ def _loss_split(ctx: PageContext, usable: pd.DataFrame, window: TimeWindow) -> N
                 }
             ),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
             column_config={
                 "accept length": st.column_config.NumberColumn(format="%.3f"),
@@ -235,7 +225,7 @@ def comparable_bins(rows: pd.DataFrame) -> list[str]:
     """Context bins with enough usable samples (accept length and step latency known) to be one side."""
     usable = rows[(rows["accept_length"] > 0) & (rows["step_latency_s"] > 0)].dropna(subset=["context_bin"])
     counts = usable.groupby("context_bin").size()
-    return frames.context_bin_order([str(b) for b in counts[counts >= MIN_SAMPLES].index])
+    return sample_bins.context_bin_order([str(b) for b in counts[counts >= MIN_SAMPLES].index])
 
 
 def sweep_server(rows: pd.DataFrame, min_bins: int = 3) -> str | None:

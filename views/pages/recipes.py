@@ -11,8 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, data, frames, ui
-from views.context import prepare
+from views import analysis_charts, blocks, confidence, data, formatting, sample_bins
+from views.formatting import times
 from views.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
@@ -20,9 +20,9 @@ from views.fraction import (
     FractionSummary,
     describe_ratio,
     summarize,
-    times,
 )
-from views.shell import PageContext
+from views.page_context import PageContext
+from views.sample_bins import prepare
 
 RECIPE_POINTS = 300  # per target, as on the Context page
 
@@ -33,18 +33,18 @@ def render(ctx: PageContext) -> None:
         "Compare recipes only where the workload matches: same concurrency bin, same context bin. A knob "
         "usually wins one half of the fraction at the other's expense — read both halves."
     )
-    with ui.store_errors():
+    with blocks.store_errors():
         _, history = data.fleet_samples(ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, RECIPE_POINTS)
         usable = prepare(history)
         if usable.empty:
-            ui.explain_no_samples(ctx, "recipe samples")
+            blocks.explain_no_samples(ctx, "recipe samples")
             return
         flags = data.recipes(ctx.store_path)
         st.subheader("Servers by recipe", anchor=False)
         st.dataframe(
             recipe_overview(usable, flags),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
             key="recipe_overview",
             column_config={
@@ -161,7 +161,7 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
             diff.rename(columns={"A": a, "B": b}),
             hide_index=True,
             width="stretch",
-            placeholder=ui.DASH,
+            placeholder=formatting.DASH,
             key="recipe_diff",
         )
     cells = matched_cells(usable, a, b)
@@ -188,7 +188,13 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         return
     ratio = oriented_ratio(sa, sb)
     faster = "A" if ratio.a.label == a else "B"
-    verdict = "within noise" if ratio.within_noise(noise) else f"{faster} faster"
+    first, second = ratio.a.label, ratio.b.label
+    interval = confidence.ratio_interval(rows[rows["recipe"] == first], rows[rows["recipe"] == second])
+    if interval is None:  # too few windows for an interval: the noise floor alone decides
+        verdict = "within noise" if ratio.within_noise(noise) else f"{faster} faster"
+    else:
+        call = interval.call(noise)
+        verdict = f"{faster} {call}" if call in ("faster", "slower") else call
     tiles = st.columns(4)
     tiles[0].metric(
         "Throughput", times(ratio.measured), help="measured tok/s per request, faster ÷ slower", border=True
@@ -202,7 +208,19 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         help="the denominator, slower ÷ faster (> 1: the faster recipe's step is cheaper)",
         border=True,
     )
-    tiles[3].metric("Verdict", verdict, help=f"run-to-run noise ±{noise:.0%}", border=True)
+    tiles[3].metric(
+        "Verdict",
+        verdict,
+        help=f"{confidence.LEVEL:.0%} bootstrap interval of per-window means; noise floor ±{noise:.0%}",
+        border=True,
+    )
+    if interval is None:
+        st.caption(
+            f"Fewer than {confidence.MIN_WINDOWS} five-minute windows a side: judged by the ±{noise:.0%} "
+            f"noise floor alone ({sa.samples} / {sb.samples} samples)."
+        )
+    else:
+        st.markdown(interval.describe(first, second, noise))
     st.markdown(describe_ratio(ratio, noise))
     _bars(sa, sb, noise)
     curve = concurrency_curve(usable[usable["context_bin"] == cell["context_bin"]], [a, b], noise)
@@ -210,7 +228,7 @@ def _compare(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]],
         st.markdown(
             f"**Per-request throughput across concurrency, context {cell['context_bin']}** (band: ±noise)"
         )
-        order = frames.concurrency_bin_order(list(curve["concurrency"]))
+        order = sample_bins.concurrency_bin_order(list(curve["concurrency"]))
         st.altair_chart(
             analysis_charts.recipe_curve(curve, "tok_s_per_request", "tok/s per request", order),
             width="stretch",

@@ -11,20 +11,20 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import charts, data, fleet, frames, nav, ui
-from views.frames import STATUS_UP
-from views.shell import MAX_POINTS_PER_SERIES, PageContext
+from views import blocks, chart_style, data, fleet_frames, formatting, links, time_charts
+from views.fleet_frames import STATUS_UP
+from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
 
 def render(ctx: PageContext) -> None:
     st.title("Server", anchor=False)
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         known = _known_targets(ctx, now_ts)
         if not known:
-            ui.explain_no_samples(ctx, "server has reported")
+            blocks.explain_no_samples(ctx, "server has reported")
             return
-        target = st.selectbox("Server", known, key=nav.SERVER_PARAM, bind="query-params")
+        target = st.selectbox("Server", known, key=links.SERVER_PARAM, bind="query-params")
         if target is None:
             return
         st.fragment(run_every=ctx.interval_s)(_live)(ctx, str(target))
@@ -37,12 +37,12 @@ def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
 
 def _live(ctx: PageContext, target: str) -> None:
     now_ts = ctx.now()
-    with ui.store_errors():
-        table, board = fleet.load_fleet_table(ctx, now_ts)
+    with blocks.store_errors():
+        table, board = blocks.load_fleet_table(ctx, now_ts)
         rows = table[table["server"] == target]
         if rows.empty:
             st.info(
-                f"No sample from **{ui.plain(target)}** in the last {ctx.range_label}.",
+                f"No sample from **{formatting.plain(target)}** in the last {ctx.range_label}.",
                 icon=":material/schedule:",
             )
             return
@@ -54,14 +54,14 @@ def _live(ctx: PageContext, target: str) -> None:
         )
         if history.empty:
             st.info(
-                f"No history for **{ui.plain(target)}** in the last {ctx.range_label}.",
+                f"No history for **{formatting.plain(target)}** in the last {ctx.range_label}.",
                 icon=":material/schedule:",
             )
             return
         history = history.assign(
             step_latency_ms=history["step_latency_s"] * 1000.0,
             tpot_ms=history["tpot_s"] * 1000.0,
-            measured_per_request_tok_s=frames.measured_tok_s_per_request(history),
+            measured_per_request_tok_s=fleet_frames.measured_tok_s_per_request(history),
         )
         markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
         _charts(history, markers)
@@ -72,38 +72,43 @@ def _live(ctx: PageContext, target: str) -> None:
                     markers[["time", "kind", "detail"]].sort_values("time", ascending=False),
                     key="server_events",
                     hide_index=True,
-                    placeholder=ui.DASH,
+                    placeholder=formatting.DASH,
                     width="stretch",
                 )
 
 
 def _header(ctx: PageContext, row: pd.Series) -> None:
     status = str(row["status"])
-    line = f"**{ui.plain(str(row['server']))}** · {fleet.STATUS_BADGES.get(status, status)}"
+    line = f"**{formatting.plain(str(row['server']))}** · {blocks.STATUS_BADGES.get(status, status)}"
     if row["deployment"]:
         line += f" · deployment `{row['deployment']}`"
     if row["recipe"]:
         line += f" · recipe `{row['recipe']}`"
     st.markdown(line)
     if row["error"]:
-        st.error(f"Last scrape error: {ui.plain(str(row['error']))}", icon=":material/error:")
+        st.error(f"Last scrape error: {formatting.plain(str(row['error']))}", icon=":material/error:")
     if row["alerts"]:
         st.warning(f"Firing: {row['alerts']}", icon=":material/notifications_active:")
-    ui.freshness(ctx, ctx.now() - float(row["last_seen_s"]) if not math.isnan(row["last_seen_s"]) else None)
+    blocks.freshness(
+        ctx, ctx.now() - float(row["last_seen_s"]) if not math.isnan(row["last_seen_s"]) else None
+    )
     if status != STATUS_UP:
         return
     first = st.columns(4)
-    first[0].metric("Accept length", ui.num(row["accept_length"], ".2f", "tok/step"), border=True)
-    first[1].metric("Step latency", ui.num(row["step_latency_ms"], ".1f", "ms"), border=True)
+    first[0].metric("Accept length", formatting.num(row["accept_length"], ".2f", "tok/step"), border=True)
+    first[1].metric("Step latency", formatting.num(row["step_latency_ms"], ".1f", "ms"), border=True)
     first[2].metric(
-        "Per request", ui.num(row["per_request_tok_s"], ".1f", "tok/s"), help="accept ÷ step", border=True
+        "Per request",
+        formatting.num(row["per_request_tok_s"], ".1f", "tok/s"),
+        help="accept ÷ step",
+        border=True,
     )
-    first[3].metric("Output", ui.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
+    first[3].metric("Output", formatting.num(row["output_tok_s"], ",.0f", "tok/s"), border=True)
     second = st.columns(4)
     second[0].metric("Running / cap", str(row["running_cap"]), border=True)
-    second[1].metric("Queued", ui.num(row["queued"], ".0f"), border=True)
-    second[2].metric("State pool", ui.pct(row["state_pool_usage"]), border=True)
-    second[3].metric("KV cache", ui.pct(row["kv_usage"]), border=True)
+    second[1].metric("Queued", formatting.num(row["queued"], ".0f"), border=True)
+    second[2].metric("State pool", formatting.pct(row["state_pool_usage"]), border=True)
+    second[3].metric("KV cache", formatting.pct(row["kv_usage"]), border=True)
 
 
 def _markers(
@@ -132,58 +137,68 @@ def _markers(
 
 
 def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
+    def show(chart: chart_style.TopChart, columns: list[str], what: str) -> None:
+        blocks.series_chart(chart, history, columns, what)
+
     st.subheader("The fraction: throughput = accept length ÷ step latency", anchor=False)
     left, right = st.columns(2)
     with left:
-        st.altair_chart(
-            charts.line_chart(
+        show(
+            time_charts.line_chart(
                 history, "accept_length", "accept length (tokens / step)", events=markers, zero=False
             ),
-            width="stretch",
+            ["accept_length"],
+            "accept length",
         )
     with right:
-        st.altair_chart(
-            charts.line_chart(
+        show(
+            time_charts.line_chart(
                 history, "step_latency_ms", "step latency (ms / step)", events=markers, color="#e45756"
             ),
-            width="stretch",
+            ["step_latency_ms"],
+            "step latency",
         )
     left, right = st.columns(2)
+    per_request = {"per_request_tok_s": "accept ÷ step", "measured_per_request_tok_s": "output ÷ running"}
     with left:
-        st.altair_chart(
-            charts.multi_line_chart(
+        show(
+            time_charts.multi_line_chart(
                 history,
-                {"per_request_tok_s": "accept ÷ step", "measured_per_request_tok_s": "output ÷ running"},
+                per_request,
                 "per-request throughput (tok/s)",
                 events=markers,
                 dashed=["output ÷ running"],
             ),
-            width="stretch",
+            list(per_request),
+            "per-request throughput",
         )
     with right:
-        st.altair_chart(
-            charts.line_chart(
+        show(
+            time_charts.line_chart(
                 history, "output_tok_s", "aggregate output (tok/s)", events=markers, color="#54a24b"
             ),
-            width="stretch",
+            ["output_tok_s"],
+            "output throughput",
         )
     st.subheader("Latency", anchor=False)
     left, right = st.columns(2)
     with left:
-        st.altair_chart(
-            charts.line_chart(history, "tpot_ms", "TPOT (ms / token)", events=markers, color="#f58518"),
-            width="stretch",
+        show(
+            time_charts.line_chart(history, "tpot_ms", "TPOT (ms / token)", events=markers, color="#f58518"),
+            ["tpot_ms"],
+            "time per output token",
         )
     with right:
-        st.altair_chart(
-            charts.line_chart(history, "ttft_s", "TTFT (s)", events=markers, color="#b279a2"),
-            width="stretch",
+        show(
+            time_charts.line_chart(history, "ttft_s", "TTFT (s)", events=markers, color="#b279a2"),
+            ["ttft_s"],
+            "time to first token",
         )
     st.subheader("Load and memory", anchor=False)
     left, middle, right = st.columns(3)
     with left:
-        st.altair_chart(
-            charts.multi_line_chart(
+        show(
+            time_charts.multi_line_chart(
                 history,
                 {"running": "running", "max_running": "cap"},
                 "requests",
@@ -191,25 +206,28 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
                 dashed=["cap"],
                 colors={"running": "#4c78a8", "cap": "#888888"},
             ),
-            width="stretch",
+            ["running", "max_running"],
+            "running requests",
         )
     with middle:
-        st.altair_chart(
-            charts.line_chart(history, "queued", "queued requests", events=markers, color="#e45756"),
-            width="stretch",
+        show(
+            time_charts.line_chart(history, "queued", "queued requests", events=markers, color="#e45756"),
+            ["queued"],
+            "queue length",
         )
     with right:
-        st.altair_chart(
-            charts.multi_line_chart(
+        show(
+            time_charts.multi_line_chart(
                 history,
                 {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
                 "pool usage (%)",
                 events=markers,
                 y_format="%",
-                colors=charts.POOL_COLORS,
+                colors=chart_style.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
-            width="stretch",
+            ["state_pool_usage", "kv_usage"],
+            "pool usage",
         )
 
 
@@ -223,6 +241,6 @@ def _recipe(ctx: PageContext, recipe_id: str) -> None:
         st.dataframe(
             pd.DataFrame({"flag": list(flags), "value": [str(v) for v in flags.values()]}),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
         )

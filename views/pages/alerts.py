@@ -9,8 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from collectors.secrets import Redactor
-from views import charts, data, ui
-from views.shell import PageContext, format_age
+from views import blocks, data, formatting, time_charts
+from views.formatting import format_age
+from views.page_context import PageContext
 
 ACTIVE_CONFIG = {
     "rule": st.column_config.TextColumn("rule", pinned=True),
@@ -45,7 +46,7 @@ def render(ctx: PageContext) -> None:
 def _live(ctx: PageContext) -> None:
     window = ctx.window()
     now_ts = ctx.now()
-    with ui.store_errors():
+    with blocks.store_errors():
         board = data.alert_board(
             ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
         )
@@ -71,7 +72,7 @@ def _live(ctx: PageContext) -> None:
                 column_config=RESOLVED_CONFIG,
                 column_order=list(RESOLVED_CONFIG),
                 hide_index=True,
-                placeholder=ui.DASH,
+                placeholder=formatting.DASH,
                 width="stretch",
                 key="alerts_resolved",
             )
@@ -81,7 +82,7 @@ def _live(ctx: PageContext) -> None:
             st.caption("No transitions in this range.")
         else:
             st.altair_chart(
-                charts.alert_timeline(
+                time_charts.alert_timeline(
                     board.transitions,
                     pd.Timestamp(window.start_ts, unit="s", tz="UTC"),
                     pd.Timestamp(window.end_ts, unit="s", tz="UTC"),
@@ -104,7 +105,7 @@ def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
         column_config=ACTIVE_CONFIG,
         column_order=list(ACTIVE_CONFIG),
         hide_index=True,
-        placeholder=ui.DASH,
+        placeholder=formatting.DASH,
         width="stretch",
         key=f"alerts_{title.lower()}",
     )
@@ -178,7 +179,7 @@ def _notifications(path: str, tick: int) -> None:
         column_config=FAILED_CONFIG,
         column_order=list(FAILED_CONFIG),
         hide_index=True,
-        placeholder=ui.DASH,
+        placeholder=formatting.DASH,
         width="stretch",
         key="alerts_failed_notifications",
     )

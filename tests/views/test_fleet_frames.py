@@ -9,19 +9,17 @@ import pytest
 
 from collectors.model import Signals, TargetSnapshot
 from views.data import snapshots_frame
-from views.frames import (
+from views.fleet_frames import (
     STATUS_DOWN,
     STATUS_NO_DATA,
     STATUS_STALE,
     STATUS_UP,
-    concurrency_bin,
-    context_bin,
-    context_bin_order,
     filter_table,
     fleet_series,
     fleet_table,
     fleet_totals,
 )
+from views.sample_bins import concurrency_bin, context_bin, context_bin_order
 
 NOW = 1_800_000_000.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from views.verdict import fleet_verdict, server_capacity
+from views.capacity_verdict import fleet_verdict, server_capacity
 
 RADIX_ON = {"disable_radix_cache": False}
 RADIX_OFF = {"disable_radix_cache": True}

@@ -104,17 +104,3 @@ def time_range_picker(key: str = "range") -> str:
         help="History shown by every chart and table on every page (the live values refresh regardless).",
     )
     return choice if isinstance(choice, str) and choice in TIME_RANGES else DEFAULT_RANGE
-
-
-def format_age(seconds: float | None) -> str:
-    """'4 s ago', '12 min ago', '3 h ago' — how old a sample is, in words."""
-    if seconds is None or math.isnan(seconds):
-        return "never"
-    seconds = max(seconds, 0.0)
-    if seconds < 90:
-        return f"{seconds:.0f} s ago"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 86400:.1f} d ago"

@@ -10,7 +10,17 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from views.shell import MAX_POINTS_PER_SERIES
+from views.chart_style import (
+    HEIGHT,
+    NUMBER_FORMAT,
+    TIME_TOOLTIP_FORMAT,
+    TopChart,
+    sparse,
+    thin,
+    time_x,
+    top_chart,
+    with_gaps,
+)
 
 EVENT_COLORS: dict[str, str] = {
     "restart": "#d62728",
@@ -20,42 +30,6 @@ EVENT_COLORS: dict[str, str] = {
     "up": "#2ca02c",
     "config": "#1f77b4",
 }
-POOL_COLORS = {"state pool (SSM)": "#e45756", "KV cache": "#4c78a8"}
-BINDING_COLORS = {
-    "state pool": "#e45756",
-    "KV cache": "#4c78a8",
-    "request cap": "#f58518",
-    "admission": "#b279a2",
-    "none": "#9d9d9d",
-}
-HEIGHT = 200
-# Axis numbers: at most 4 significant digits, no trailing zeros (a flat 2.61 series must not read "2.610000").
-NUMBER_FORMAT = ",.4~g"
-# Context axes are labelled in K tokens (1K, 4K, 16K, 64K), as the seed's sweeps are.
-K_TOKENS_LABEL = "datum.value >= 1024 ? format(datum.value / 1024, '~g') + 'K' : format(datum.value, '~g')"
-
-# Every builder returns a single or a layered chart; st.altair_chart takes either.
-TopChart = alt.Chart | alt.LayerChart
-
-
-def top_chart(chart: object) -> TopChart:
-    # Altair's fluent methods are typed loosely (Any / unions with FacetChart); narrow once, here.
-    if not isinstance(chart, alt.Chart | alt.LayerChart):
-        raise TypeError(f"expected an Altair chart or layer, got {type(chart).__name__}")
-    return chart
-
-
-def thin(frame: pd.DataFrame, max_points: int = MAX_POINTS_PER_SERIES, by: str | None = None) -> pd.DataFrame:
-    """At most ``max_points`` rows per series (every k-th row): the store buckets already; this is a guard."""
-    if by is None:
-        step = -(-len(frame) // max_points) if len(frame) > max_points else 1
-        return frame.iloc[::step]
-    parts = [thin(group, max_points) for _, group in frame.groupby(by, sort=False)]
-    return pd.concat(parts) if parts else frame
-
-
-def _time_x() -> alt.X:
-    return alt.X("time:T", title=None, axis=alt.Axis(labelOverlap=True, grid=False))
 
 
 def events_layer(events: pd.DataFrame) -> alt.Chart:
@@ -73,7 +47,7 @@ def events_layer(events: pd.DataFrame) -> alt.Chart:
                 legend=alt.Legend(orient="bottom"),
             ),
             tooltip=[
-                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("kind:N"),
                 alt.Tooltip("detail:N"),
             ],
@@ -102,10 +76,10 @@ def line_chart(
     """One series over time (``time`` column) with optional event markers."""
     data = thin(frame[["time", y]].dropna())
     chart = (
-        alt.Chart(data)
-        .mark_line(color=color, strokeWidth=1.8, interpolate="monotone")
+        alt.Chart(with_gaps(data))
+        .mark_line(color=color, strokeWidth=1.8, point=sparse(data))
         .encode(
-            x=_time_x(),
+            x=time_x(),
             y=alt.Y(
                 f"{y}:Q",
                 title=y_title,
@@ -113,7 +87,7 @@ def line_chart(
                 axis=alt.Axis(format=y_format or NUMBER_FORMAT),
             ),
             tooltip=[
-                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or tooltip_format),
             ],
         )
@@ -137,14 +111,16 @@ def multi_line_chart(
     long = frame[["time", *series]].melt("time", var_name="series", value_name="value").dropna()
     long["series"] = long["series"].map(series)
     long = thin(long, by="series")
+    sparse_points = sparse(long)
+    long = with_gaps(long, by="series")
     names = list(series.values())
     palette = colors or {}
     scale = alt.Scale(domain=names, range=[palette.get(n, c) for n, c in zip(names, _PALETTE, strict=False)])
     chart = (
         alt.Chart(long)
-        .mark_line(strokeWidth=1.8, interpolate="monotone")
+        .mark_line(strokeWidth=1.8, point=sparse_points)
         .encode(
-            x=_time_x(),
+            x=time_x(),
             y=alt.Y(
                 "value:Q",
                 title=y_title,
@@ -158,7 +134,7 @@ def multi_line_chart(
                 alt.value([1, 0]),
             ),
             tooltip=[
-                alt.Tooltip("time:T", title="time", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("series:N"),
                 alt.Tooltip("value:Q", title=y_title, format=y_format or ".3~f"),
             ],
@@ -175,13 +151,13 @@ def fleet_output_chart(series: pd.DataFrame) -> TopChart:
     """Fleet-total output tokens per second over time."""
     data = thin(series[["time", "output_tok_s", "servers_up"]].dropna(subset=["output_tok_s"]))
     return top_chart(
-        alt.Chart(data)
-        .mark_area(line={"color": "#4c78a8"}, color="#4c78a8", opacity=0.25, interpolate="monotone")
+        alt.Chart(with_gaps(data))
+        .mark_area(line={"color": "#4c78a8"}, color="#4c78a8", opacity=0.25, point=sparse(data))
         .encode(
-            x=_time_x(),
+            x=time_x(),
             y=alt.Y("output_tok_s:Q", title="fleet output (tok/s)", axis=alt.Axis(format="~s")),
             tooltip=[
-                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M"),
+                alt.Tooltip("time:T", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("output_tok_s:Q", title="output tok/s", format=",.0f"),
                 alt.Tooltip("servers_up:Q", title="servers up"),
             ],
@@ -202,12 +178,7 @@ def alert_timeline(transitions: pd.DataFrame, start: pd.Timestamp, end: pd.Times
         alt.Chart(data)
         .mark_tick(thickness=3, size=22)
         .encode(
-            x=alt.X(
-                "time:T",
-                title=None,
-                scale=alt.Scale(domain=[start.isoformat(), end.isoformat()]),
-                axis=alt.Axis(labelOverlap=True, grid=False),
-            ),
+            x=time_x((start, end)),
             y=alt.Y("rule:N", title=None, axis=alt.Axis(labelLimit=220)),
             color=alt.Color(
                 "kind:N",
@@ -216,7 +187,7 @@ def alert_timeline(transitions: pd.DataFrame, start: pd.Timestamp, end: pd.Times
                 legend=alt.Legend(orient="top"),
             ),
             tooltip=[
-                alt.Tooltip("time:T", format="%Y-%m-%d %H:%M:%S"),
+                alt.Tooltip("time:T", format=TIME_TOOLTIP_FORMAT),
                 alt.Tooltip("rule:N"),
                 alt.Tooltip("target:N"),
                 alt.Tooltip("kind:N", title="became"),

@@ -10,10 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from collectors.model import FlagValue
-from views import analysis_charts, charts, data, fleet, ui
-from views.frames import STATUS_UP
-from views.shell import MAX_POINTS_PER_SERIES, PageContext
-from views.verdict import BINDS_AT, fleet_verdict, server_capacity
+from views import analysis_charts, blocks, chart_style, data, formatting, fraction, scaling, time_charts
+from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
+from views.fleet_frames import STATUS_UP
+from views.page_context import MAX_POINTS_PER_SERIES, PageContext
+from views.sample_bins import prepare
 
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
@@ -21,8 +22,8 @@ ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers 
 COLUMN_CONFIG = {
     "server": st.column_config.TextColumn("server", pinned=True),
     "binding": st.column_config.TextColumn("binds", help="the pool (or cap) that stops admission"),
-    "state_pool_usage": fleet.pool_column("state pool", "SSM state slots in use", "red"),
-    "kv_usage": fleet.pool_column("KV", "full-attention KV cache in use", "blue"),
+    "state_pool_usage": blocks.pool_column("state pool", "SSM state slots in use", "red"),
+    "kv_usage": blocks.pool_column("KV", "full-attention KV cache in use", "blue"),
     "running_cap": st.column_config.TextColumn("running / cap"),
     "queued": st.column_config.NumberColumn("queued", format="%d"),
     "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.2f"),
@@ -43,6 +44,8 @@ def render(ctx: PageContext) -> None:
         "and hides which binds; here they stand side by side."
     )
     st.fragment(run_every=ctx.interval_s)(_live)(ctx)
+    with blocks.store_errors():
+        _scaling(ctx)
 
 
 def capacity_frame(table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagValue]]) -> pd.DataFrame:
@@ -59,10 +62,10 @@ def capacity_frame(table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagV
 
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
-    with ui.store_errors():
-        table, _ = fleet.load_fleet_table(ctx, now_ts)
+    with blocks.store_errors():
+        table, _ = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
-            ui.explain_no_samples(ctx, "server has reported")
+            blocks.explain_no_samples(ctx, "server has reported")
             return
         capacity = capacity_frame(table, data.recipes(ctx.store_path))
         live = capacity[capacity["status"] == STATUS_UP]
@@ -77,9 +80,9 @@ def _live(ctx: PageContext) -> None:
             "State pool binds", f"{(live['binding'] == 'state pool').sum()} / {len(live)}", border=True
         )
         tiles[1].metric("KV binds", f"{(live['binding'] == 'KV cache').sum()} / {len(live)}", border=True)
-        tiles[2].metric("State pool (median)", ui.pct(live["state_pool_usage"].median()), border=True)
-        tiles[3].metric("KV (median)", ui.pct(live["kv_usage"].median()), border=True)
-        tiles[4].metric("TTFT (median)", ui.num(live["ttft_s"].median(), ".2f", "s"), border=True)
+        tiles[2].metric("State pool (median)", formatting.pct(live["state_pool_usage"].median()), border=True)
+        tiles[3].metric("KV (median)", formatting.pct(live["kv_usage"].median()), border=True)
+        tiles[4].metric("TTFT (median)", formatting.num(live["ttft_s"].median(), ".2f", "s"), border=True)
         left, right = st.columns(2)
         with left:
             st.markdown("**State pool vs KV, every server**")
@@ -90,6 +93,7 @@ def _live(ctx: PageContext) -> None:
             st.markdown(f"**Side by side, the {len(top)} most loaded**")
             st.altair_chart(analysis_charts.pools_bars(top), width="stretch")
         _attention(capacity)
+        _saturation(ctx, now_ts)
         st.dataframe(
             capacity.assign(
                 _order=capacity["binding"].map(BINDING_ORDER),
@@ -101,7 +105,7 @@ def _live(ctx: PageContext) -> None:
             column_config=COLUMN_CONFIG,
             column_order=list(COLUMN_CONFIG),
             hide_index=True,
-            placeholder=ui.DASH,
+            placeholder=formatting.DASH,
             width="stretch",
             key="capacity_table",
         )
@@ -136,19 +140,19 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
     left, middle, right = st.columns(3)
     with left:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"state_pool_usage": "state pool (SSM)", "kv_usage": "KV cache"},
                 "pool usage (%)",
                 y_format="%",
-                colors=charts.POOL_COLORS,
+                colors=chart_style.POOL_COLORS,
                 y_domain=(0.0, 1.0),
             ),
             width="stretch",
         )
     with middle:
         st.altair_chart(
-            charts.multi_line_chart(
+            time_charts.multi_line_chart(
                 history,
                 {"running": "running", "max_running": "cap", "queued": "queued"},
                 "requests",
@@ -158,4 +162,112 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
             width="stretch",
         )
     with right:
-        st.altair_chart(charts.line_chart(history, "ttft_s", "TTFT (s)", color="#b279a2"), width="stretch")
+        st.altair_chart(
+            time_charts.line_chart(history, "ttft_s", "TTFT (s)", color="#b279a2"), width="stretch"
+        )
+
+
+SCALING_POINTS = 300  # per target, as on the Context page: enough samples per concurrency level
+
+
+def _scaling(ctx: PageContext) -> None:
+    """The scaling curve per recipe and context bin from history, its knee and the verdict in words."""
+    st.subheader(f"Scaling curve, last {ctx.range_label}", anchor=False)
+    st.caption(
+        "Per recipe at one context bin: throughput (running × accept length ÷ step latency) and per-request "
+        "rate against running requests, with TTFT and TPOT at each level. The knee is where the gain per "
+        "added request falls the most (the curve bends hardest)."
+    )
+    _, history = data.fleet_samples(ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, SCALING_POINTS)
+    usable = prepare(history)
+    curves = (
+        {
+            (str(recipe), str(context)): scaling.scaling_curve(rows)
+            for (recipe, context), rows in usable.groupby(["recipe", "context_bin"])
+        }
+        if not usable.empty
+        else {}
+    )
+    shown = {key: curve for key, curve in curves.items() if len(curve) >= scaling.MIN_LEVELS}
+    if not shown:
+        most = max((len(c) for c in curves.values()), default=0)
+        st.info(
+            f"No recipe ran at {scaling.MIN_LEVELS}+ concurrency levels "
+            f"({fraction.MIN_SAMPLES}+ samples each) at one context in the last {ctx.range_label} "
+            f"(the most: {most}). Pick a longer range.",
+            icon=":material/show_chart:",
+        )
+        return
+    ranked = sorted(shown, key=lambda k: (-len(shown[k]), -int(shown[k]["samples"].sum())))
+    recipe, context = (
+        st.selectbox(
+            "Recipe and context",
+            ranked,
+            format_func=lambda k: f"{k[0]} · context {k[1]} · {len(shown[k])} levels",
+            key="capacity_scaling",
+        )
+        or ranked[0]
+    )
+    curve = shown[(recipe, context)]
+    knee = scaling.find_knee(curve)
+    st.markdown(scaling.knee_verdict(curve, knee))
+    knee_running = None if knee is None else knee.running
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(
+            analysis_charts.scaling_chart(curve, "output_tok_s", "throughput (tok/s)", knee_running),
+            width="stretch",
+        )
+    with right:
+        st.altair_chart(
+            analysis_charts.scaling_chart(curve, "per_request_tok_s", "per-request (tok/s)", knee_running),
+            width="stretch",
+        )
+    st.dataframe(
+        curve.assign(ttft_ms=curve["ttft_s"] * 1000.0, tpot_ms=curve["tpot_s"] * 1000.0),
+        column_config=SCALING_COLUMNS,
+        column_order=list(SCALING_COLUMNS),
+        hide_index=True,
+        placeholder=formatting.DASH,
+        key="capacity_scaling_table",
+    )
+
+
+SCALING_COLUMNS = {
+    "concurrency": st.column_config.TextColumn("bin", pinned=True),
+    "running": st.column_config.NumberColumn("running (median)", format="%.0f"),
+    "output_tok_s": st.column_config.NumberColumn("throughput (tok/s)", format="%.0f"),
+    "per_request_tok_s": st.column_config.NumberColumn("per request (tok/s)", format="%.1f"),
+    "ttft_ms": st.column_config.NumberColumn("TTFT (ms, median)", format="%.0f"),
+    "tpot_ms": st.column_config.NumberColumn("TPOT (ms, median)", format="%.2f"),
+    "samples": st.column_config.NumberColumn("samples", format="%d"),
+}
+
+
+def _saturation(ctx: PageContext, now_ts: float) -> None:
+    """When each pool binds at the trend of the last 30 minutes (servers whose pools are rising first)."""
+    _, history = data.fleet_samples(ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, 120)
+    found = scaling.time_to_bind(history, BINDS_AT, now_ts)
+    frame = scaling.saturation_frame(found)
+    soon = frame[frame["binds_in_min"].notna()]
+    with st.expander(
+        f"Time to saturation: {len(soon)} server(s) bind now or within a day at the last 30 min's trend",
+        expanded=False,
+    ):
+        if frame.empty:
+            st.caption("Not enough samples in the last 30 minutes to fit a trend.")
+            return
+        st.dataframe(
+            frame,
+            column_config={
+                "server": st.column_config.TextColumn("server", pinned=True),
+                "binds_first": st.column_config.TextColumn("binds first"),
+                "binds_in_min": st.column_config.NumberColumn(
+                    "binds in (min)", format="%.0f", help="0: binds now; empty: not rising"
+                ),
+            },
+            hide_index=True,
+            placeholder="not rising",
+            width="stretch",
+            key="capacity_saturation",
+        )

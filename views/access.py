@@ -18,7 +18,7 @@ from streamlit.errors import StreamlitAuthError
 
 from config import DashboardSettings
 
-log = logging.getLogger("specwatch.views.gate")
+log = logging.getLogger("specwatch.views.access")
 
 TOKEN_ENV = "SPECWATCH_DASHBOARD_TOKEN"  # noqa: S105 (a variable's name, not a secret); used when dashboard.token_env does not name another variable
 FAILED_ATTEMPT_DELAY_S = 1.0  # slows guessing from one browser session to one try per second

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from views import alerting, capacity, context, fleet, nav, recipes, server
-from views.shell import PageContext
+from views import links
+from views.page_context import PageContext
+from views.pages import alerts, capacity, context, fleet, recipes, server
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,12 +22,12 @@ class PageSpec:
 
 
 PAGES: tuple[PageSpec, ...] = (
-    PageSpec(nav.FLEET, "Fleet", ":material/dns:", fleet.render),
-    PageSpec(nav.SERVER, "Server", ":material/monitor_heart:", server.render),
-    PageSpec(nav.CONTEXT, "Context", ":material/trending_down:", context.render),
-    PageSpec(nav.CAPACITY, "Capacity", ":material/memory:", capacity.render),
-    PageSpec(nav.RECIPES, "Recipes", ":material/tune:", recipes.render),
-    PageSpec(nav.ALERTS, "Alerts", ":material/notifications:", alerting.render),
+    PageSpec(links.FLEET, "Fleet", ":material/dns:", fleet.render),
+    PageSpec(links.SERVER, "Server", ":material/monitor_heart:", server.render),
+    PageSpec(links.CONTEXT, "Context", ":material/trending_down:", context.render),
+    PageSpec(links.CAPACITY, "Capacity", ":material/memory:", capacity.render),
+    PageSpec(links.RECIPES, "Recipes", ":material/tune:", recipes.render),
+    PageSpec(links.ALERTS, "Alerts", ":material/notifications:", alerts.render),
 )
 
 

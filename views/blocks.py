@@ -1,0 +1,136 @@
+"""Streamlit blocks every page shares: the fleet table as of now, status badges, pool columns, empty states
+and store errors (pages import these, never each other; words and numbers come from ``views.formatting``).
+
+Every empty or failing case ends in a sentence that says what is missing and what to check, never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from collectors.errors import CollectorError
+from views import data, fleet_frames
+from views.chart_style import TopChart
+from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP
+from views.formatting import format_age
+from views.page_context import PageContext
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Show a failing history read as one sentence, not a traceback (the rest of the page still draws)."""
+    try:
+        yield
+    except CollectorError as exc:
+        st.error(f"Cannot read history: {exc}", icon=":material/database:")
+
+
+def empty_store_message(ctx: PageContext) -> str:
+    return (
+        f"The history store `{ctx.store_path}` is empty: no collector has written to it yet. "
+        "Start specwatch with targets (or `sim:`) in its config, or point `store.path` at a collector's file."
+    )
+
+
+def explain_no_samples(ctx: PageContext, what: str) -> None:
+    """The right empty state: empty store vs nothing in the selected range."""
+    if data.sample_count(ctx.store_path, data.tick(ctx.now(), 30.0)) == 0:
+        st.info(empty_store_message(ctx), icon=":material/inbox:")
+    else:
+        st.info(
+            f"No {what} in the last {ctx.range_label}. Pick a longer time range in the sidebar.",
+            icon=":material/schedule:",
+        )
+
+
+def freshness(ctx: PageContext, newest_ts: float | None) -> None:
+    """One caption line: how fresh the data is and how often it refreshes."""
+    age = None if newest_ts is None else ctx.now() - newest_ts
+    st.caption(
+        f"Newest sample {format_age(age)} · refreshes every {ctx.interval_s:g} s · "
+        f"history: last {ctx.range_label}"
+    )
+
+
+# Text, not emoji: a dot renders in every font; the colour comes from the table style.
+STATUS_BADGES = {
+    STATUS_UP: "● up",
+    STATUS_DOWN: "● down",
+    STATUS_STALE: "● stale",
+    STATUS_NO_DATA: "○ no data",
+}
+
+
+STATUS_COLORS = {
+    STATUS_UP: "#2e7d32",
+    STATUS_DOWN: "#c62828",
+    STATUS_STALE: "#ef6c00",
+    STATUS_NO_DATA: "#757575",
+}
+
+
+def status_style(badge: object) -> str:
+    """CSS for a status cell, e.g. '● down' → bold red."""
+    status = str(badge).split(" ", 1)[-1]
+    return f"color: {STATUS_COLORS.get(status, '#333')}; font-weight: 600"
+
+
+def pool_column(label: str, help_text: str, color: str) -> Any:
+    """A 0–100 % bar (the table shows usage × 100 so the label reads "98%", not "98.00%")."""
+    return st.column_config.ProgressColumn(
+        label, format="%.0f%%", min_value=0.0, max_value=100.0, help=help_text, color=color, width="small"
+    )
+
+
+def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, data.AlertBoard | None]:
+    """The Fleet table as of now (shared with the Capacity page) and the alert board it was joined with."""
+    window = ctx.window()
+    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
+    board = data.alert_board(
+        ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
+    )
+    configured = {t.name: t.deployment for t in ctx.config.targets}
+    table = fleet_frames.fleet_table(
+        latest,
+        now_ts=now_ts,
+        stale_after_s=ctx.stale_after_s,
+        configured=configured,
+        firing=data.firing_by_target(board),
+    )
+    return table, board
+
+
+def why_no_values(history: pd.DataFrame, columns: list[str], what: str) -> str | None:
+    """Why a chart of ``columns`` over ``history`` (a server's or the fleet's samples) would draw nothing,
+    in words; None when it has something to draw."""
+    present = [c for c in columns if c in history.columns]
+    if present and history[present].notna().to_numpy().any():
+        return None
+    if history.empty:
+        return f"No samples in this range, so no {what} yet."
+    up = history["up"].astype(bool) if "up" in history.columns else pd.Series(True, index=history.index)
+    if not up.any():
+        return f"No {what}: the server was down for the whole range (no scrape succeeded)."
+    running = history.loc[up, "running"] if "running" in history.columns else pd.Series(dtype=float)
+    if running.fillna(0).le(0).all():
+        return f"No {what}: the server was idle (no running requests), so there was nothing to measure."
+    if len(history.loc[up]) < 2:
+        return f"No {what} yet: it is a rate over two scrapes and only one has arrived."
+    return (
+        f"No {what}: not measured by this server's SGLang version (its /metrics has no series for it), "
+        "although the server was up and busy."
+    )
+
+
+def series_chart(chart: TopChart, history: pd.DataFrame, columns: list[str], what: str) -> None:
+    """``chart`` if ``history`` has a value of ``columns`` to draw, else one sentence saying why not."""
+    reason = why_no_values(history, columns, what)
+    if reason is None:
+        st.altair_chart(chart, width="stretch")
+    else:
+        st.info(reason, icon=":material/timeline:")

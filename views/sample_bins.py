@@ -1,0 +1,75 @@
+"""History samples labelled for analysis: context bins (doubling from 1K tokens) and concurrency bins.
+
+Pure pandas, no streamlit: the Context, Recipes and Capacity pages compare like with like through these bins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from views.formatting import tokens_label
+
+# Context bins double from 1K tokens: acceptance decays per doubling of context, so equal-width bins in log2.
+CONTEXT_BIN_BASE_TOKENS = 1024.0
+
+
+def context_bin(tokens: pd.Series) -> pd.Series:
+    """Label each average context with its doubling bin ("<1K", "1K–2K", "2K–4K", …); NaN stays NaN."""
+    index = pd.Series(
+        np.floor(np.log2(tokens.where(tokens > 0) / CONTEXT_BIN_BASE_TOKENS)), index=tokens.index
+    )
+    return index.map(lambda i: None if pd.isna(i) else context_bin_label(int(i))).astype("object")
+
+
+def context_bin_label(index: int) -> str:
+    if index < 0:
+        return f"<{tokens_label(CONTEXT_BIN_BASE_TOKENS)}"
+    low = CONTEXT_BIN_BASE_TOKENS * 2**index
+    return f"{tokens_label(low)}–{tokens_label(low * 2)}"
+
+
+def context_bin_order(labels: Sequence[str]) -> list[str]:
+    """Labels sorted by the context they stand for."""
+
+    def key(label: str) -> float:
+        if label.startswith("<"):
+            return -1.0
+        low = label.split("–")[0]
+        return float(low[:-1]) * 1024 if low.endswith("K") else float(low)
+
+    return sorted(set(labels), key=key)
+
+
+# Concurrency bins: 1, 2, 3–4, 5–8, … (matched concurrency compares like with like).
+def concurrency_bin(running: pd.Series) -> pd.Series:
+    """Label each running-request count with its bin ("1", "2", "3–4", "5–8", …); idle (0) and NaN → None."""
+
+    def label(value: float) -> str | None:
+        if pd.isna(value) or value < 0.5:
+            return None
+        n = round(value)
+        if n <= 2:
+            return str(n)
+        upper = 2 ** math.ceil(math.log2(n))
+        return f"{upper // 2 + 1}–{upper}"
+
+    return running.map(label).astype("object")
+
+
+def concurrency_bin_order(labels: Sequence[str]) -> list[str]:
+    return sorted(set(labels), key=lambda label: int(label.split("–")[0]))
+
+
+def prepare(history: pd.DataFrame) -> pd.DataFrame:
+    """Samples of servers up with an accept length, labelled with recipe, context and concurrency bins."""
+    if history.empty:
+        return history.assign(recipe=pd.Series(dtype="object"))
+    usable = history[history["up"].astype(bool) & history["accept_length"].notna()].copy()
+    usable["recipe"] = usable["recipe_id"].fillna("unknown").astype(str)
+    usable["context_bin"] = context_bin(usable["avg_context_tokens"])
+    usable["concurrency"] = concurrency_bin(usable["running"])
+    return usable
