@@ -18,6 +18,7 @@ from alerts.notify import Notifier
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from collectors.model import TargetSnapshot
+from collectors.probes.scheduler import ProbeScheduler, start_probes
 from collectors.prometheus.history import open_history
 from collectors.runner import Collector
 from collectors.store.history import HistoryStore
@@ -75,6 +76,7 @@ class Service:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self.probes: ProbeScheduler | None = None  # started with the collector when probes.enabled
 
     def start(self) -> Service:
         """Scrape and evaluate every ``scrape.interval_s`` in a background thread; deliver notifications."""
@@ -85,6 +87,7 @@ class Service:
             target=self.collector.run_forever, args=(self._stop,), name="specwatch-collector", daemon=True
         )
         self._thread.start()
+        self.probes = start_probes(self.config, self.collector)  # its own thread, off the scrape cycle
         return self
 
     def run_cycle(self) -> list[TargetSnapshot]:
@@ -97,6 +100,8 @@ class Service:
             return
         self._stopped = True
         self._stop.set()
+        if self.probes is not None:
+            self.probes.stop()
         if self._thread is not None:
             self._thread.join()
         self.notifier.stop(flush_timeout_s)

@@ -21,6 +21,7 @@ from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
 from collectors.probes.cli import probe
+from collectors.probes.scheduler import start_probes
 from collectors.prometheus.history import open_history
 from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
@@ -82,9 +83,12 @@ def _run_until_stopped(collector: Collector, config: Config) -> int:
     exporter = MetricsExporter(collector, config.exporter.listen) if config.exporter.listen else None
     if exporter is not None:
         log.info("serving the collector's own metrics on %s", exporter.url)
+    probes = start_probes(config, collector)  # sweeps in a thread of their own, off the scrape cycle
     try:
         collector.run_forever(stop)
     finally:
+        if probes is not None:
+            probes.stop()
         if exporter is not None:
             exporter.close()
     return 0

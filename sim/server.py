@@ -114,8 +114,12 @@ class SimServer:
 
     @property
     def target(self) -> Target:
+        # probe: true — a simulated server answers /generate, so probes (when enabled) may go to it.
         return Target(
-            name=self.name, url=self.url, labels={"deployment": self.deployment, **self.spec.labels}
+            name=self.name,
+            url=self.url,
+            labels={"deployment": self.deployment, **self.spec.labels},
+            probe=True,
         )
 
     @property

@@ -113,6 +113,9 @@ class ProbeScheduler:
         return self
 
     def _run(self) -> None:
+        # The first sweep waits for the collector's first cycle: recipes and queue lengths are known by then.
+        while self._collector.health().cycles == 0 and not self._stop.wait(0.2):
+            pass
         while not self._stop.is_set():
             try:
                 self.run_due()

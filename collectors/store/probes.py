@@ -18,12 +18,13 @@ from collectors.probes.prober import ProbeResult
 from collectors.store.connections import ThreadConnections
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ProbeResult))
+_TEXT_COLUMNS = frozenset({"target", "recipe_id", "request_id", "error"})
 _TYPES = {"ts": "REAL NOT NULL", "target": "TEXT NOT NULL", "context_tokens": "INTEGER NOT NULL"}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS probes (
     {
     ", ".join(
-        f"{name} {_TYPES.get(name, 'TEXT' if name in ('recipe_id', 'request_id', 'error') else 'REAL')}"
+        f"{name} {_TYPES.get(name, 'TEXT' if name in _TEXT_COLUMNS else 'REAL')}"
         for name in COLUMNS
     )
 }
@@ -36,9 +37,11 @@ CREATE INDEX IF NOT EXISTS probes_ts ON probes (ts);
 class ProbeStore:
     """The ``probes`` table of ``path`` (the history file); safe to use from any thread."""
 
-    def __init__(self, path: str, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str, *, busy_timeout_s: float = 5.0, create: bool = True) -> None:
         self.path = path
         self._connections = ThreadConnections(path, busy_timeout_s=busy_timeout_s, what="probe store")
+        if not create:
+            return  # a reader (the dashboard): never writes; no table yet reads as no probes
         try:
             with self._connections.get() as connection:
                 connection.executescript(_SCHEMA)
@@ -62,8 +65,17 @@ class ProbeStore:
         if targets is not None:
             sql += f" AND target IN ({', '.join('?' for _ in targets)})"
             params.extend(targets)
+        if not self._has_table():
+            return pd.DataFrame(columns=list(COLUMNS))
         rows = self._query(sql + " ORDER BY ts", params)
-        return pd.DataFrame(rows, columns=list(COLUMNS))
+        frame = pd.DataFrame(rows, columns=list(COLUMNS))
+        for name in COLUMNS:
+            if name not in _TEXT_COLUMNS:  # a column of only NULLs would otherwise be objects, not NaN
+                frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(float)
+        return frame
+
+    def _has_table(self) -> bool:
+        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'probes'", []))
 
     def spent_since(self, since_ts: float) -> list[tuple[str, float, int]]:
         """(target, ts, tokens) of every probe request sent since ``since_ts`` (a skip costs nothing)."""

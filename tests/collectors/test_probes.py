@@ -30,11 +30,29 @@ SCENARIO = {
     "recipes": {"narrow": {"speculative_dspark_block_size": 3}, "wide": {"speculative_dspark_block_size": 7}},
     "workloads": {"chat": {"isl": 1024, "osl": 512}, "rag": {"isl": 8192, "osl": 1024}},
     "servers": [
-        {"name": "narrow", "deployment": "p", "recipe": "narrow", "workload": "chat", "load": {"concurrency": 8}},
+        {
+            "name": "narrow",
+            "deployment": "p",
+            "recipe": "narrow",
+            "workload": "chat",
+            "load": {"concurrency": 8},
+        },
         {"name": "wide", "deployment": "p", "recipe": "wide", "workload": "chat", "load": {"concurrency": 8}},
-        {"name": "optout", "deployment": "p", "recipe": "narrow", "workload": "chat", "load": {"concurrency": 8}},
+        {
+            "name": "optout",
+            "deployment": "p",
+            "recipe": "narrow",
+            "workload": "chat",
+            "load": {"concurrency": 8},
+        },
         {"name": "full", "deployment": "p", "recipe": "wide", "workload": "rag", "load": {"concurrency": 80}},
-        {"name": "faulty", "deployment": "p", "recipe": "narrow", "workload": "chat", "load": {"concurrency": 4}},
+        {
+            "name": "faulty",
+            "deployment": "p",
+            "recipe": "narrow",
+            "workload": "chat",
+            "load": {"concurrency": 4},
+        },
     ],
 }
 
@@ -48,9 +66,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
 
 
 def probe_config(fleet: SimFleet, tmp_path: Path, names: list[str], **probes: Any) -> Config:
-    targets = [
-        {**t.model_dump(), "probe": t.name != "optout"} for t in fleet.targets if t.name in names
-    ]
+    targets = [{**t.model_dump(), "probe": t.name != "optout"} for t in fleet.targets if t.name in names]
     settings = {"enabled": True, "context_tokens": CONTEXTS, "max_new_tokens": MAX_NEW, "timeout_s": 20}
     return parse_config(
         {
@@ -82,7 +98,8 @@ def test_probes_recover_the_mechanism_accept_length_at_each_context(fleet: SimFl
     for result in results:
         server = fleet.server(result.target)
         window = mech.verify_window(server.args)
-        assert result.prompt_tokens is not None and result.accept_length is not None
+        assert result.prompt_tokens is not None
+        assert result.accept_length is not None
         truth = mech.accept_length(result.prompt_tokens + MAX_NEW / 2, window, "text")
         assert result.accept_length == pytest.approx(truth, rel=0.05), result
         assert result.completion_tokens == MAX_NEW
@@ -115,7 +132,8 @@ def test_step_latency_is_the_mechanism_step_scaled_by_sim_speed(fleet: SimFleet,
         (gauges.decode_sum_seq_lens + 8192 + MAX_NEW / 2) / (gauges.running + 1),
         server.engine.scheduled,
     )
-    assert result.step_latency_s is not None and result.tpot_s is not None
+    assert result.step_latency_s is not None
+    assert result.tpot_s is not None
     assert result.step_latency_s * SPEED == pytest.approx(expected, rel=0.35)
     # step latency = accept length × TPOT, the seed's identity, holds per probe too.
     assert result.step_latency_s == pytest.approx(result.accept_length * result.tpot_s, rel=0.1)  # type: ignore[operator]
@@ -167,8 +185,11 @@ def test_a_failing_server_gives_a_clear_error_per_probe(
     finally:
         server.set_fault(None)
     (result,) = results
-    assert result.error is not None and words in result.error and result.error.startswith("faulty: ")
-    assert result.accept_length is None and result.step_latency_s is None
+    assert result.error is not None
+    assert words in result.error
+    assert result.error.startswith("faulty: ")
+    assert result.accept_length is None
+    assert result.step_latency_s is None
 
 
 def test_cli_prints_one_json_object_per_target_and_context(fleet: SimFleet, tmp_path: Path) -> None:
@@ -208,4 +229,5 @@ def test_cli_refuses_when_probes_are_off(fleet: SimFleet, tmp_path: Path) -> Non
         check=False,
     )
     assert done.returncode == 2
-    assert "probes.enabled is false" in done.stderr and "Traceback" not in done.stderr
+    assert "probes.enabled is false" in done.stderr
+    assert "Traceback" not in done.stderr
