@@ -16,6 +16,7 @@ import requests
 from alerts.engine import DEFAULT_EXTERNAL_URL, AlertEngine
 from alerts.notify import Notifier
 from alerts.rules import build_rules
+from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.state_store import AlertStateStore
 from collectors.model import TargetSnapshot
 from collectors.probes.scheduler import ProbeScheduler, start_probes
@@ -71,6 +72,7 @@ class Service:
             external_url=external_url,
         )
         self.engine.set_on_notify(self.notifier.wake)
+        self._probe_evidence = attach_probe_evidence(rules, config)
         self.engine.restore()
         self.collector = Collector(config, self.store, session=session, clock=clock, observers=[self.engine])
         self._stop = threading.Event()
@@ -107,6 +109,8 @@ class Service:
         self.notifier.stop(flush_timeout_s)
         self.collector.close()
         self.alert_store.close()
+        if self._probe_evidence is not None:
+            self._probe_evidence.close()
         if self._own_store:
             self.store.close()
 
