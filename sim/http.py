@@ -17,7 +17,7 @@ from sim.server import Reply
 
 Handler = Callable[[str, str, dict[str, str], bytes], Reply]  # method, target, headers, body
 MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a /generate prompt at the full 256K context is ~1.2 MB
 
 
 class _Connection(asyncio.Protocol):

@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+import requests
 import yaml
 
-from collectors.probes.prober import RID_PREFIX, ProbeResult
+from alerts.service import Service
+from collectors.probes.prober import PROBE_HEADER, RID_PREFIX, Prober, ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
@@ -231,3 +236,92 @@ def test_cli_refuses_when_probes_are_off(fleet: SimFleet, tmp_path: Path) -> Non
     assert done.returncode == 2
     assert "probes.enabled is false" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_prompt_past_the_models_context_is_the_servers_words(fleet: SimFleet, tmp_path: Path) -> None:
+    results, _ = sweep(probe_config(fleet, tmp_path, ["narrow"], context_tokens=[400_000]))
+    (result,) = results
+    assert result.error is not None
+    assert "answered HTTP 400" in result.error
+    assert "maximum context length of 262144 tokens" in result.error
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """A minimal SGLang-shaped /generate: records what the probe sent, streams three SSE chunks."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[tuple[dict[str, str], dict[str, Any]]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        prompt_tokens = len(body["text"]) // 4
+        events = [
+            {"meta_info": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "spec_verify_ct": n // 2}}
+            for n in (2, 40, 64)
+        ]
+        payload = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_probe_requests_identify_themselves_and_ask_for_greedy_fixed_length_output(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        config = parse_config(
+            {
+                "targets": [{"name": "real", "url": url, "probe": True}],
+                "store": {"path": str(tmp_path / "h.sqlite")},
+                "probes": {"enabled": True, "context_tokens": [2048], "max_new_tokens": 64},
+            }
+        )
+        prober = Prober(config, requests.Session())
+        (result,) = prober.sweep(config.targets[0], "r-1", None)
+    finally:
+        server.shutdown()
+        server.server_close()
+    ((headers, body),) = _Recorder.seen
+    assert headers[PROBE_HEADER.lower()] == "1"
+    assert body["rid"].startswith(RID_PREFIX)
+    assert body["rid"] == result.request_id
+    assert body["rid"] in body["text"][:80]  # a unique first line: no prefix-cache hit on an earlier probe
+    assert body["sampling_params"] == {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True}
+    assert body["stream"] is True
+    assert result.accept_length == pytest.approx(64 / 32)
+    assert result.error is None
+
+
+def test_the_running_service_sweeps_on_its_interval_and_stores_the_results(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    config = probe_config(fleet, tmp_path, ["narrow"], context_tokens=[1024, 4096], interval_s=10)
+    config = config.model_copy(
+        update={"scrape": config.scrape.model_copy(update={"interval_s": 0.5, "timeout_s": 0.4})}
+    )
+    before = fleet.server("narrow").generate_requests
+    service = Service(config).start()
+    try:
+        store = ProbeStore(config.store.path)
+        deadline = time.monotonic() + 60
+        rows = store.read(0, 2e9)
+        while len(rows) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            rows = store.read(0, 2e9)
+        store.close()
+    finally:
+        service.stop()
+    assert list(rows["context_tokens"]) == [1024, 4096]
+    assert rows["error"].isna().all()
+    assert (
+        rows["recipe_id"].iloc[0] == fleet.server("narrow").recipe.recipe_id
+    )  # the collector's first cycle ran
+    assert fleet.server("narrow").generate_requests - before == 2  # one sweep: the next is 10 s away
