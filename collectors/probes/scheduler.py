@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import requests
 
@@ -78,17 +78,24 @@ class ProbeScheduler:
         signals = {s.target: s.signals for s in self._collector.latest()}
         for target in targets:
             self._last_sweep[target.name] = now
-        sweeps = self._pool.map(lambda t: self._sweep(t, signals.get(t.name)), targets)
-        results = [result for sweep in sweeps for result in sweep]
-        self.sweeps += len(targets)
-        try:
-            self._store.append(results)
-            if now - self._last_prune >= _PRUNE_EVERY_S:
-                self._last_prune = now
+        futures = [self._pool.submit(self._sweep, t, signals.get(t.name)) for t in targets]
+        results: list[ProbeResult] = []
+        for future in as_completed(futures):  # each target's sweep is stored as soon as it is done
+            sweep = future.result()
+            results += sweep
+            self.sweeps += 1
+            try:
+                self._store.append(sweep)
+            except StoreError as exc:
+                log.warning("probes: %s; this sweep's results are only in memory", exc)
+        if now - self._last_prune >= _PRUNE_EVERY_S:
+            self._last_prune = now
+            try:
                 self._store.prune(now - self._config.store.retention_h * 3600.0)
-        except StoreError as exc:
-            log.warning("probes: %s; this sweep's results are only in memory", exc)
-        return results
+            except StoreError as exc:
+                log.warning("probes: %s; old probe rows stay for now", exc)
+        order = {t.name: i for i, t in enumerate(targets)}
+        return sorted(results, key=lambda r: (order[r.target], r.context_tokens))
 
     def _sweep(self, target: Target, signals: Signals | None) -> list[ProbeResult]:
         recipe = self._collector.recipe(target.name)
