@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,7 +33,10 @@ from config import Config, Target
 RID_PREFIX = "specwatch-probe-"
 PROBE_HEADER = "X-Specwatch-Probe"
 HOUR_S = 3600.0
-_MAX_LINE_BYTES = 4 * 1024 * 1024  # one SSE chunk (cumulative text) larger than this is refused
+_MAX_LINE_BYTES = (
+    4 * 1024 * 1024
+)  # one SSE event (SGLang streams the cumulative text) larger than this is refused
+_MAX_STREAM_BYTES = 256 * 1024 * 1024  # a whole answer: 8192 new tokens of cumulative text stay well below
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ class Prober:
         spent: Sequence[tuple[str, float, int]] = (),
     ) -> None:
         self._settings = config.probes
+        self._scrape = config.scrape
         self._fetcher = Fetcher(session, config.scrape)
         self._session = session
         self._clock = clock
@@ -215,6 +219,7 @@ class Prober:
         url = target.url + "/generate"
         shown = safe_url(url)
         try:
+            # The scrape's header builder: one place for the bearer token and its missing-variable error.
             headers = self._fetcher._headers(target, "text/event-stream")
         except ScrapeError as exc:
             raise ProbeError(str(exc).removeprefix(f"{target.name}: ")) from None
@@ -225,7 +230,7 @@ class Prober:
             "stream": True,
             "rid": rid,
         }
-        verify: bool | str = self._fetcher._settings.ca_bundle or self._fetcher._settings.verify_tls
+        verify: bool | str = self._scrape.ca_bundle or self._scrape.verify_tls
         sent = time.monotonic()
         with WATCHDOG.scope(sent + timeout_s) as scope:
             try:
@@ -266,9 +271,7 @@ class Prober:
         first: tuple[float, dict[str, Any]] | None = None
         last: tuple[float, dict[str, Any]] | None = None
         done = False
-        for line in response.iter_lines(chunk_size=8192):
-            if len(line) > _MAX_LINE_BYTES:
-                raise ProbeError(f"{shown}: one event is larger than {_MAX_LINE_BYTES} bytes")
+        for line in _lines(response, shown):
             if not line.startswith(b"data:"):
                 continue  # blank separators, comments, event: lines
             data = line[5:].strip()
@@ -293,6 +296,23 @@ class Prober:
         if not done:
             raise ProbeError(f"{shown}: the stream ended before data: [DONE]")
         return _Stream(first[0], last[0], first[1], last[1])
+
+
+def _lines(response: requests.Response, shown: str) -> Iterator[bytes]:
+    """The stream's lines; a line or an answer past its cap is refused (the deadline bounds only time)."""
+    pending, total = b"", 0
+    for chunk in response.iter_content(65536):
+        total += len(chunk)
+        if total > _MAX_STREAM_BYTES:
+            raise ProbeError(f"{shown}: the answer passed {_MAX_STREAM_BYTES // 2**20} MiB; refused")
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > _MAX_LINE_BYTES:
+            raise ProbeError(f"{shown}: one event is larger than {_MAX_LINE_BYTES // 2**20} MiB; refused")
+        for line in lines:
+            yield line.rstrip(b"\r")
+    if pending:
+        yield pending.rstrip(b"\r")
 
 
 def _server_message(response: requests.Response) -> str:

@@ -22,12 +22,7 @@ _TEXT_COLUMNS = frozenset({"target", "recipe_id", "request_id", "error"})
 _TYPES = {"ts": "REAL NOT NULL", "target": "TEXT NOT NULL", "context_tokens": "INTEGER NOT NULL"}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS probes (
-    {
-    ", ".join(
-        f"{name} {_TYPES.get(name, 'TEXT' if name in _TEXT_COLUMNS else 'REAL')}"
-        for name in COLUMNS
-    )
-}
+    {", ".join(f"{name} {_TYPES.get(name, 'TEXT' if name in _TEXT_COLUMNS else 'REAL')}" for name in COLUMNS)}
 );
 CREATE INDEX IF NOT EXISTS probes_target_ts ON probes (target, ts);
 CREATE INDEX IF NOT EXISTS probes_ts ON probes (ts);
