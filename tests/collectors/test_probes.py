@@ -22,7 +22,7 @@ from collectors.probes.scheduler import ProbeScheduler
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
 from collectors.store.probes import ProbeStore
-from config import Config, parse_config
+from config import Config, load_config, parse_config
 from sim import mechanism as mech
 from sim.fleet import SimFleet
 
@@ -325,3 +325,11 @@ def test_the_running_service_sweeps_on_its_interval_and_stores_the_results(
         rows["recipe_id"].iloc[0] == fleet.server("narrow").recipe.recipe_id
     )  # the collector's first cycle ran
     assert fleet.server("narrow").generate_requests - before == 2  # one sweep: the next is 10 s away
+
+
+def test_the_demo_probes_its_simulated_servers_out_of_the_box() -> None:
+    config = load_config(Path(__file__).parents[2] / "config" / "default.yaml")
+    assert config.probes.enabled
+    targets = SimFleet("demo").targets  # not started: only the targets app.py would add
+    assert targets
+    assert all(t.probe for t in targets)
