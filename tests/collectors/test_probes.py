@@ -284,8 +284,8 @@ def test_probe_requests_identify_themselves_and_ask_for_greedy_fixed_length_outp
                 "probes": {"enabled": True, "context_tokens": [2048], "max_new_tokens": 64},
             }
         )
-        prober = Prober(config, requests.Session())
-        (result,) = prober.sweep(config.targets[0], "r-1", None)
+        with requests.Session() as session:
+            (result,) = Prober(config, session).sweep(config.targets[0], "r-1", None)
     finally:
         server.shutdown()
         server.server_close()
