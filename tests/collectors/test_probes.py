@@ -22,7 +22,7 @@ from collectors.probes.scheduler import ProbeScheduler
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
 from collectors.store.probes import ProbeStore
-from config import Config, load_config, parse_config
+from config import Config, ConfigError, load_config, parse_config
 from sim import mechanism as mech
 from sim.fleet import SimFleet
 
@@ -333,3 +333,23 @@ def test_the_demo_probes_its_simulated_servers_out_of_the_box() -> None:
     targets = SimFleet("demo").targets  # not started: only the targets app.py would add
     assert targets
     assert all(t.probe for t in targets)
+
+
+@pytest.mark.parametrize(
+    ("probes", "key"),
+    [
+        ({"context_tokens": [8]}, "probes.context_tokens"),
+        ({"max_new_tokens": "lots"}, "probes.max_new_tokens"),
+        ({"interval_s": 1}, "probes.interval_s"),
+        ({"enabled": True, "budget": 5}, "probes.budget"),
+    ],
+)
+def test_bad_probe_settings_name_the_key(probes: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"probes": probes}, "fleet.yaml")
+    assert f"fleet.yaml: {key}" in str(caught.value)
+
+
+def test_probe_lengths_are_swept_shortest_first_once_each() -> None:
+    config = parse_config({"probes": {"context_tokens": [65536, 1024, 8192, 1024]}})
+    assert config.probes.context_tokens == (1024, 8192, 65536)  # the 1K probe calibrates the long ones
