@@ -117,8 +117,8 @@ def test_probes_recover_the_mechanism_accept_length_at_each_context(fleet: SimFl
         assert abs(rows[0].prompt_tokens / 1024 - 1) > 0.05  # type: ignore[operator]
         for row in rows[1:]:
             assert row.prompt_tokens == pytest.approx(row.context_tokens, rel=0.03)
-        # Acceptance decays with context; the prefill (TTFT) grows with it. (Step latency only grows ~25% here,
-        # within wall-clock jitter on a loaded machine: its value is checked on its own test.)
+        # Acceptance decays with context; the prefill (TTFT) grows with it. (Step latency grows only ~25%
+        # here, within wall-clock jitter on a loaded machine: its value has a test of its own.)
         accept = [r.accept_length for r in rows]
         assert accept == sorted(accept, reverse=True)  # type: ignore[type-var]
         assert rows[2].ttft_s > 3 * rows[0].ttft_s  # type: ignore[operator]
