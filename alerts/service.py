@@ -16,8 +16,10 @@ import requests
 from alerts.engine import DEFAULT_EXTERNAL_URL, AlertEngine
 from alerts.notify import Notifier
 from alerts.rules import build_rules
+from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.state_store import AlertStateStore
 from collectors.model import TargetSnapshot
+from collectors.probes.scheduler import ProbeScheduler, start_probes
 from collectors.prometheus.history import open_history
 from collectors.runner import Collector
 from collectors.secrets import Redactor
@@ -74,12 +76,14 @@ class Service:
             redact=Redactor.for_config(config),
         )
         self.engine.set_on_notify(self.notifier.wake)
+        self._probe_evidence = attach_probe_evidence(rules, config)
         self.engine.restore()
         self.collector = Collector(config, self.store, session=session, clock=clock, observers=[self.engine])
         self.engine.watch_source(self.collector.source_health)  # SourceDown, and holding while it is blind
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self.probes: ProbeScheduler | None = None  # started with the collector when probes.enabled
 
     def start(self) -> Service:
         """Scrape and evaluate every ``scrape.interval_s`` in a background thread; deliver notifications."""
@@ -90,6 +94,7 @@ class Service:
             target=self.collector.run_forever, args=(self._stop,), name="specwatch-collector", daemon=True
         )
         self._thread.start()
+        self.probes = start_probes(self.config, self.collector)  # its own thread, off the scrape cycle
         return self
 
     def run_cycle(self) -> list[TargetSnapshot]:
@@ -102,11 +107,15 @@ class Service:
             return
         self._stopped = True
         self._stop.set()
+        if self.probes is not None:
+            self.probes.stop()
         if self._thread is not None:
             self._thread.join()
         self.notifier.stop(flush_timeout_s)
         self.collector.close()
         self.alert_store.close()
+        if self._probe_evidence is not None:
+            self._probe_evidence.close()
         if self._own_store:
             self.store.close()
 

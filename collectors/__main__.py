@@ -20,6 +20,8 @@ from types import FrameType
 from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
+from collectors.probes.cli import probe
+from collectors.probes.scheduler import start_probes
 from collectors.prometheus.history import open_history
 from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
@@ -83,9 +85,12 @@ def _run_until_stopped(collector: Collector, config: Config) -> int:
     exporter = MetricsExporter(collector, config.exporter.listen) if config.exporter.listen else None
     if exporter is not None:
         log.info("serving the collector's own metrics on %s", exporter.url)
+    probes = start_probes(config, collector)  # sweeps in a thread of their own, off the scrape cycle
     try:
         collector.run_forever(stop)
     finally:
+        if probes is not None:
+            probes.stop()
         if exporter is not None:
             exporter.close()
     return 0
@@ -123,7 +128,11 @@ def run(config: Config, args: argparse.Namespace) -> int:
         store.close()
 
 
-COMMANDS: dict[str, Command] = {"run": run, "export-recording-rules": export_recording_rules}
+COMMANDS: dict[str, Command] = {
+    "run": run,
+    "export-recording-rules": export_recording_rules,
+    "probe": probe,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,8 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="fleet YAML/JSON file")
     parser.add_argument("--cycles", type=int, default=0, help="run N cycles, print the last snapshots, exit")
     parser.add_argument(
-        "--json", action="store_true", help="with --cycles: one JSON object per target per line"
+        "--json",
+        action="store_true",
+        help="with --cycles: one JSON object per target per line; with probe: one per (target, context)",
     )
+    parser.add_argument("--once", action="store_true", help="probe: one sweep of every opted-in target, exit")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -146,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cycles < 0:
         parser.error("--cycles must be a positive number")
-    if args.json and not args.cycles:
+    if args.json and not args.cycles and args.command != "probe":
         parser.error("--json needs --cycles N")
+    if args.once and args.command != "probe":
+        parser.error("--once is for the probe command")
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -73,6 +73,9 @@ class Target(_Settings):
         None,
         description="Environment variable holding a bearer token for this server (never stored or shown).",
     )
+    probe: bool = Field(
+        False, description="Send this server active probes (POST /generate) when probes.enabled is on."
+    )
 
     _url = field_validator("url")(_check_http_url)
 
@@ -214,6 +217,35 @@ class ExporterSettings(_Settings):
         return value
 
 
+class ProbeSettings(_Settings):
+    enabled: bool = Field(False, description="Measure accept length vs context with probe requests.")
+    context_tokens: tuple[int, ...] = Field(
+        (1024, 8192, 32768, 65536),
+        min_length=1,
+        max_length=16,
+        description="Prompt lengths (tokens) measured by each sweep, one /generate request each.",
+    )
+    max_new_tokens: int = Field(256, ge=16, le=8192, description="Output tokens per probe request.")
+    interval_s: float = Field(600.0, ge=10, le=86400, description="Seconds between sweeps of one target.")
+    max_tokens_per_hour: int = Field(
+        2_000_000,
+        ge=1,
+        description="Budget per target (prompt + output tokens in the last hour); a sweep that would pass "
+        "it is skipped.",
+    )
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="Deadline of one probe request, seconds.")
+    max_queued: int = Field(
+        0, ge=0, description="Skip a target whose scheduler queue is longer than this (it is saturated)."
+    )
+
+    @field_validator("context_tokens")
+    @classmethod
+    def _positive_lengths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(v < 16 or v > 1_048_576 for v in value):
+            raise ValueError("prompt lengths between 16 and 1048576 tokens")
+        return tuple(sorted(set(value)))
+
+
 class DashboardSettings(_Settings):
     token_env: str | None = Field(
         None,
@@ -242,6 +274,10 @@ class Config(_Settings):
     )
     dashboard: DashboardSettings = Field(
         default_factory=DashboardSettings, description="Who may see the dashboard."
+    )
+    probes: ProbeSettings = Field(
+        default_factory=ProbeSettings,
+        description="Active probes: accept length and step latency at fixed context lengths.",
     )
 
     @model_validator(mode="after")

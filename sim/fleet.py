@@ -64,6 +64,7 @@ class SimFleet:
             )
         for server in self._servers.values():
             server.on_change = self._on_server_change
+            server.speed = speed
         self._listeners: dict[str, Listener] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

@@ -15,9 +15,9 @@ from http import HTTPStatus
 
 from sim.server import Reply
 
-Handler = Callable[[str, str, dict[str, str]], Reply]
+Handler = Callable[[str, str, dict[str, str], bytes], Reply]  # method, target, headers, body
 MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a /generate prompt at the full 256K context is ~1.2 MB
 
 
 class _Connection(asyncio.Protocol):
@@ -74,15 +74,19 @@ class _Connection(asyncio.Protocol):
                 self._fail(413)
                 return
             if len(rest) < length:
-                return  # wait for the body (simulated endpoints ignore it)
-            self._buffer = rest[length:]
+                return  # wait for the body (only POST /generate reads it)
+            body, self._buffer = rest[:length], rest[length:]
             keep_alive = headers.get("connection", "").lower() != "close" and version == "HTTP/1.1"
             try:
-                reply = self._listener.handler(method, target, headers)
+                reply = self._listener.handler(method, target, headers, body)
             except Exception as exc:  # a handler bug must not kill the loop serving every other port
                 reply = Reply(500, f"simulator error: {exc}\n".encode(), {"Content-Type": "text/plain"})
             if reply.hang:
                 self._busy = True  # never answer; the client's timeout ends it
+                return
+            if reply.stream:
+                self._busy = True
+                self._stream(reply, keep_alive)
                 return
             if reply.delay_s > 0:
                 self._busy = True
@@ -96,14 +100,41 @@ class _Connection(asyncio.Protocol):
         self._send(reply, method, keep_alive)
         self._process()
 
+    def _stream(self, reply: Reply, keep_alive: bool) -> None:
+        """Send a chunked (SSE) body, each piece after its wall delay; the head goes with the first piece."""
+        head = self._head(reply, keep_alive, {"Transfer-Encoding": "chunked"})
+        loop = asyncio.get_running_loop()
+        pieces = list(reply.stream)
+
+        def send(index: int, prefix: bytes) -> None:
+            if self._transport is None:
+                return  # the client went away (or the port closed): drop the rest
+            piece = pieces[index][1]
+            self._transport.write(prefix + f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            if index + 1 < len(pieces):
+                loop.call_later(pieces[index + 1][0], send, index + 1, b"")
+                return
+            self._transport.write(b"0\r\n\r\n")
+            if not keep_alive:
+                self._transport.close()
+                return
+            self._busy = False
+            self._process()
+
+        loop.call_later(reply.delay_s + pieces[0][0], send, 0, head)  # delay_s: the "slow" fault
+
+    def _head(self, reply: Reply, keep_alive: bool, extra: dict[str, str]) -> bytes:
+        reason = HTTPStatus(reply.status).phrase
+        headers = {**reply.headers, **extra, "Server": "uvicorn"}
+        headers["Connection"] = "keep-alive" if keep_alive else "close"
+        head = f"HTTP/1.1 {reply.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        return head.encode("latin-1") + b"\r\n"
+
     def _send(self, reply: Reply, method: str, keep_alive: bool) -> None:
         if self._transport is None:
             return
-        reason = HTTPStatus(reply.status).phrase
-        headers = {**reply.headers, "Content-Length": str(len(reply.body)), "Server": "uvicorn"}
-        headers["Connection"] = "keep-alive" if keep_alive else "close"
-        head = f"HTTP/1.1 {reply.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self._transport.write(head.encode("latin-1") + b"\r\n" + (b"" if method == "HEAD" else reply.body))
+        head = self._head(reply, keep_alive, {"Content-Length": str(len(reply.body))})
+        self._transport.write(head + (b"" if method == "HEAD" else reply.body))
         if not keep_alive:
             self._transport.close()
 

@@ -24,6 +24,7 @@ from config import Target
 from sim.engine import ServerEngine
 from sim.exposition import Renderer
 from sim.families import Identity, MetricValues, SglangCollector
+from sim.generate import generate
 from sim.info import model_info, models_list, server_info
 from sim.names import Names, requested_names, restrict
 from sim.recipes import recipe_of, resolve_server_args
@@ -61,6 +62,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     hang: bool = False
+    stream: tuple[tuple[float, bytes], ...] = ()  # chunked body: (wall seconds after the previous, bytes)
 
 
 class SimServer:
@@ -106,6 +108,7 @@ class SimServer:
         self.honours_name_filter = False
         self._renderer = Renderer()
         self.on_change: Callable[[SimServer], None] | None = None  # the fleet opens/closes the port
+        self.speed = 1.0  # simulated seconds per wall second (the fleet sets it): paces /generate streams
 
     # -- identity --------------------------------------------------------------------------------------------
     @property
@@ -114,8 +117,12 @@ class SimServer:
 
     @property
     def target(self) -> Target:
+        # probe: true — a simulated server answers /generate, so probes (when enabled) may go to it.
         return Target(
-            name=self.name, url=self.url, labels={"deployment": self.deployment, **self.spec.labels}
+            name=self.name,
+            url=self.url,
+            labels={"deployment": self.deployment, **self.spec.labels},
+            probe=True,
         )
 
     @property
@@ -262,14 +269,17 @@ class SimServer:
             )
 
     # -- HTTP ------------------------------------------------------------------------------------------------
-    def handle(self, method: str, path: str, headers: dict[str, str]) -> Reply:
+    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Reply:
         """Answer one request as SGLang 0.5.23 would (``headers`` have lower-case names)."""
         route, _, query = path.partition("?")
         with self._lock:
             now = self._clock()
             self.advance(now)
-            reply = self._route(method, route, headers, query)
-            if route in ROUTES:
+            if route == "/generate":
+                reply = self._generate(method, body)
+            else:
+                reply = self._route(method, route, headers, query)
+            if route in ROUTES or route == "/generate":
                 self._http_requests[(route, method)] += 1
                 self._http_responses[(route, method, str(reply.status))] += 1
             if self.fault == "hang":
@@ -297,6 +307,23 @@ class SimServer:
         if route == "/v1/models":
             return _json(200, models_list(self.args, self.started_unix))
         return Reply(200, b"", {"Content-Type": "text/plain; charset=utf-8"})  # health, ready, ping
+
+    def _generate(self, method: str, body: bytes) -> Reply:
+        if method != "POST":
+            return _json(405, {"detail": "Method Not Allowed"})
+        if self.fault == "garbage":
+            return Reply(200, GARBAGE_METRICS, {"Content-Type": "text/html; charset=utf-8"})
+        number = self._http_requests[("/generate", "POST")]
+        answer = generate(
+            self.engine, self.args, body, speed=self.speed, seed=self._seed, request_number=number
+        )
+        return Reply(answer.status, answer.body, answer.headers, delay_s=answer.delay_s, stream=answer.chunks)
+
+    @property
+    def generate_requests(self) -> int:
+        """POST /generate requests received since the last restart (tests count probes with it)."""
+        with self._lock:
+            return self._http_requests[("/generate", "POST")]
 
     def _metric_values(self) -> MetricValues:
         engine = self.engine

@@ -17,6 +17,7 @@ from statistics import NormalDist
 from alerts.model import Condition, Evaluation
 from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number, show
 from alerts.rules.base import Rule, RuleSettings, no_data, percent, setting, tokens
+from alerts.rules.probe_evidence import ProbeEvidence, probe_decay
 from alerts.stats import LineFit, fit_line, quantile
 from alerts.window import TargetHistory
 from collectors.model import Recipe, TargetSnapshot, loss_shares
@@ -51,6 +52,16 @@ class AcceptanceDecaySettings(RuleSettings):
 
     min_samples: int = setting(12, "Busy samples needed in the window before the rule judges.", ge=4)
     min_running: float = setting(1.0, "Traffic floor: samples with fewer running requests are ignored.", ge=0)
+    use_probes: bool = setting(
+        True, "Also judge on probe evidence (probes.enabled): the longest-context probes vs their baseline."
+    )
+    probe_baseline_s: float = setting(
+        86400.0, "Seconds of earlier probes forming a recipe's baseline at its longest context.", gt=0
+    )
+    probe_min_baseline: int = setting(3, "Baseline probes needed before probe evidence counts.", ge=1)
+    probe_min_recent: int = setting(
+        2, "Probes of the server within window_s needed to judge on probes.", ge=1
+    )
 
     def problems(self) -> list[tuple[str, str, object]]:
         if self.recover_band > self.noise_band:
@@ -136,6 +147,7 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
         # Fit rows per target, by snapshot ts: a cache, so each cycle converts only the new snapshots of a
         # 30-minute window (the conversion dominated the engine's cost before).
         self._rows: dict[str, deque[tuple[TargetSnapshot, Row | None]]] = {}
+        self.probes: ProbeEvidence | None = None  # set by the service when probes are enabled
 
     def forget(self, target: str) -> None:
         self._rows.pop(target, None)
@@ -160,22 +172,26 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
     ) -> Sequence[Evaluation]:
-        s = self.settings
         latest = history.latest
         if latest is None or not latest.up:
             return []
+        return [self._with_probes(self._passive(history, now), history.target, latest.recipe_id, now)]
+
+    def _passive(self, history: TargetHistory, now: float) -> Evaluation:
+        """The verdict from the traffic's own context (the fit over the window)."""
+        s = self.settings
+        latest = history.latest
+        assert latest is not None
         if latest.signals.running is not None and latest.signals.running < s.min_running:
-            return [Evaluation(Condition.CLEAR, None, "", "idle: below the traffic floor")]
+            return Evaluation(Condition.CLEAR, None, "", "idle: below the traffic floor")
         rows = self._window_rows(history, now - s.window_s)
 
         if len(rows) < s.min_samples:
-            return [
-                no_data(f"{len(rows)} busy samples with accept length and context (need {s.min_samples})")
-            ]
+            return no_data(f"{len(rows)} busy samples with accept length and context (need {s.min_samples})")
         decay = fit_rows(rows, s.min_context_ratio)
 
         if decay is None:
-            return [Evaluation(Condition.CLEAR, 0.0, "", "context did not grow enough in the window")]
+            return Evaluation(Condition.CLEAR, 0.0, "", "context did not grow enough in the window")
         # Significance is needed to start an alert, not to keep one: once firing, it holds while the fitted
         # fall stays above recover_band with context still growing, so one noisy window cannot resolve it.
         significant = decay.fit.slope < 0 and decay.fit.p_negative < s.significance
@@ -185,7 +201,55 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
             condition = Condition.HOLD
         else:
             condition = Condition.CLEAR
-        return [self._verdict(condition, decay, history.target)]
+        return self._verdict(condition, decay, history.target)
+
+    def _with_probes(self, passive: Evaluation, target: str, recipe_id: str | None, now: float) -> Evaluation:
+        """Add the probe evidence: it can fire on its own (traffic may never reach long context)."""
+        s = self.settings
+        if self.probes is None or not s.use_probes or recipe_id is None:
+            return passive
+        decay = probe_decay(
+            self.probes.rows(now),
+            recipe_id=recipe_id,
+            target=target,
+            now=now,
+            recent_s=s.window_s,
+            baseline_s=s.probe_baseline_s,
+            min_baseline=s.probe_min_baseline,
+            min_recent=s.probe_min_recent,
+        )
+        if decay is None:
+            return passive
+        if decay.decline > s.noise_band:
+            condition = Condition.BREACH
+        elif decay.decline > s.recover_band:
+            condition = Condition.HOLD
+        else:
+            condition = Condition.CLEAR
+        sentence = decay.sentence()
+        details = (
+            *passive.details,
+            ("probe_accept_length", f"{decay.recent:.3f}"),
+            ("probe_baseline_accept_length", f"{decay.baseline:.3f}"),
+            ("probe_context_tokens", str(decay.context_tokens)),
+        )
+        if passive.condition in (Condition.BREACH, Condition.HOLD):
+            stronger = (
+                Condition.BREACH if Condition.BREACH in (passive.condition, condition) else passive.condition
+            )
+            return Evaluation(
+                stronger, passive.value, passive.summary, f"{passive.description} {sentence}", details=details
+            )
+        if condition is Condition.CLEAR:
+            return passive  # the passive verdict (clear, idle or no data) stands
+        return Evaluation(
+            condition,
+            decay.decline,
+            summary=f"Accept length on {target} at {tokens(decay.context_tokens)} tokens of context falls "
+            f"{percent(decay.decline)} below its baseline, measured by probes",
+            description=sentence,
+            details=details,
+        )
 
     def _verdict(self, condition: Condition, decay: DecayFit, target: str) -> Evaluation:
         fit = decay.fit
@@ -227,7 +291,9 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
             f"Fires when, over {s.window_s:g} s, accept length falls more than {percent(s.noise_band)} from "
             f"the low- to the high-context end while average context grows at least {s.min_context_ratio:g}× "
             f"and the negative association with log(context) is significant (p < {s.significance:g}); it "
-            "never fires on flat context, whatever batch size does."
+            "never fires on flat context, whatever batch size does. With probes enabled it also fires when a "
+            "server's probes at the recipe's longest probed context accept that much less than the recipe's "
+            f"own probes there over the previous {s.probe_baseline_s:g} s (measured by probes)."
         )
 
     def export(self, q: PromQL) -> Exported:

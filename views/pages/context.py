@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from views import analysis_charts, blocks, data, formatting, sample_bins
+from views import probes as probe_views
 from views.formatting import times
 from views.fraction import (
     MIN_SAMPLES,
@@ -37,6 +38,8 @@ def render(ctx: PageContext) -> None:
         "context makes the draft's job harder (a mechanism). Context also raises step latency through "
         "attention cost."
     )
+    with blocks.store_errors():
+        probe_views.context_block(ctx)  # measured on purpose, so drawn even when traffic gave no curve
     with blocks.store_errors():
         window, history = data.fleet_samples(
             ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, CONTEXT_POINTS
@@ -93,7 +96,7 @@ FIT_COLUMNS = {
 
 
 def _context_panel(usable: pd.DataFrame) -> None:
-    st.subheader("Accept length vs context", anchor=False)
+    st.subheader("Accept length vs context (passive: from traffic)", anchor=False)
     rows = usable.dropna(subset=["avg_context_tokens", "context_bin"])
     if rows.empty:
         st.info("No average-context samples (decode_sum_seq_lens is missing).", icon=":material/info:")

@@ -12,6 +12,7 @@ import streamlit as st
 
 from collectors.model import RECIPE_FLAGS, FlagValue
 from views import analysis_charts, blocks, confidence, data, formatting, sample_bins
+from views import probes as probe_views
 from views.formatting import times
 from views.fraction import (
     MIN_SAMPLES,
@@ -33,6 +34,8 @@ def render(ctx: PageContext) -> None:
         "Compare recipes only where the workload matches: same concurrency bin, same context bin. A knob "
         "usually wins one half of the fraction at the other's expense — read both halves."
     )
+    with blocks.store_errors():
+        probe_views.recipes_block(ctx)  # same prompt length for every recipe: the fairest comparison
     with blocks.store_errors():
         _, history = data.fleet_samples(ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, RECIPE_POINTS)
         usable = prepare(history)

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from views import blocks, chart_style, data, fleet_frames, formatting, links, time_charts
+from views import probes as probe_views
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
@@ -66,6 +67,7 @@ def _live(ctx: PageContext, target: str) -> None:
         markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
         _charts(history, markers)
         _recipe(ctx, str(row["recipe"]))
+        probe_views.server_block(ctx, target)
         if not markers.empty:
             with st.expander(f"{len(markers)} event(s) in the last {ctx.range_label}"):
                 st.dataframe(
