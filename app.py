@@ -21,6 +21,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from alerts.lock import EvaluatorLock
 from alerts.service import Service
 from collectors.runner import CollectorHealth
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
@@ -171,11 +172,20 @@ def _external_url() -> str:
 
 
 def _start_collector(config: Config, runtime: Runtime) -> str:
-    """The collector and the alert engine, evaluated once per process in one background thread."""
+    """The collector and the alert engine, evaluated once per process in one background thread; the
+    sidebar's note.
+
+    Only while this process holds the store's evaluator lock: with a daemon (``python -m alerts run``) already
+    on the store, the dashboard only reads, or every sample and page would be written twice.
+    """
+    lock = EvaluatorLock(config.store.path)
+    if not lock.try_acquire():
+        return f"viewer only: another evaluator ({lock.holder()}) collects and alerts on this store"
+    runtime.stoppers.append(lock.release)  # stoppers run in reverse: the service stops before the lock goes
     service = Service(config, external_url=_external_url()).start()
     runtime.stoppers.append(service.stop)
     runtime.health = service.collector.health
-    return "collector + alert engine"
+    return f"collector + alert engine in this process · {len(config.targets)} target(s)"
 
 
 def _release(runtime: Runtime) -> None:
@@ -199,8 +209,7 @@ def start_runtime(key: str, _config: Config, collect: bool) -> Runtime:
         elif not has_targets:
             runtime.note = f"no targets configured: showing the history in `{config.store.path}`"
         else:
-            what = _start_collector(config, runtime)
-            runtime.note = f"{what} in this process · {len(config.targets)} target(s)"
+            runtime.note = _start_collector(config, runtime)
     except Exception as exc:  # a runtime that fails to start must leave the history readable
         log.exception("specwatch runtime failed to start")
         runtime.error = f"{type(exc).__name__}: {exc}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,3 +153,27 @@ def test_sigterm_is_honoured_within_seconds_while_a_receiver_hangs(
             took_s = stop(daemon)
         assert took_s < 10
         assert daemon.returncode == 0
+
+
+def test_a_dashboard_beside_a_daemon_on_one_store_only_reads(tmp_path: Path, server: FakeSGLang) -> None:
+    import app
+    from tests.views.conftest import page_test
+
+    config = write_config(tmp_path, server.url)
+    daemon = start(config)
+    try:
+        wait_until(lambda: cycles_stored(tmp_path / "history.sqlite") > 0)
+        at = page_test(config, "fleet", collector=True)
+        try:
+            at.run(timeout=30)
+            assert not at.exception
+            shown = "\n".join(str(p.value) for p in [*at.sidebar.caption, *at.sidebar.warning])
+            assert "viewer only: another evaluator (pid" in shown
+            assert str(daemon.pid) in shown
+            threads = [t.name for t in threading.enumerate()]
+            assert "specwatch-collector" not in threads  # nothing scraped or evaluated twice
+        finally:
+            app.start_runtime.clear()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=15)
