@@ -18,7 +18,6 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,10 +65,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
-    try:
-        return subprocess.call(command)
-    except KeyboardInterrupt:
-        return 0
+    # exec, not a child: SIGTERM and Ctrl-C reach streamlit itself, so stopping `specwatch run` never leaves
+    # an orphaned dashboard holding the port.
+    os.execv(command[0], command)  # noqa: S606 (the command is built above from fixed parts)
 
 
 def _export_rules(args: argparse.Namespace) -> int:

@@ -76,6 +76,8 @@ def test_run_starts_the_dashboard_with_the_makefiles_flags(tmp_path: Path) -> No
     finally:
         process.terminate()
         process.wait(timeout=30)
+    with pytest.raises(requests.ConnectionError):  # no orphaned dashboard left holding the port
+        requests.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
 
 
 def test_export_rules_and_recording_rules(tmp_path: Path) -> None:
