@@ -130,7 +130,7 @@ def write_sim_history(
             )
             for recipe in recipes.values():
                 store.put_recipe(recipe, snapshots[0].ts if snapshots else end_ts)
-            store.append(snapshots)
+            store.append(snapshots, backfill=True)  # never hides what the live collector wrote since
             store.add_events(events)
             written += len(snapshots)
     finally:

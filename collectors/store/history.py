@@ -182,8 +182,12 @@ class SqliteStore:
             raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
 
     # -- writes ----------------------------------------------------------------------------------------------
-    def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
-        """Raw rows, every rollup tier and each target's latest row, in one transaction (one per cycle)."""
+    def append(self, snapshots: Sequence[TargetSnapshot], *, backfill: bool = False) -> None:
+        """Raw rows, every rollup tier and each target's latest row, in one transaction (one per cycle).
+
+        ``backfill``: the rows are history written beside a live collector (the demo fills its past newest
+        hour first), so a row replaces a target's latest only when it is newer.
+        """
         if not snapshots:
             return
         rows = [_row_of(s) for s in snapshots]
@@ -191,7 +195,12 @@ class SqliteStore:
             connection = self._connect()
             with connection:
                 connection.executemany(_INSERT_RAW, rows)
-                connection.executemany(_UPSERT_LATEST, rows)
+                connection.executemany(
+                    _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts"
+                    if backfill
+                    else _UPSERT_LATEST,
+                    rows,
+                )
                 self._write_rollups(connection, Batch.of(snapshots))
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc

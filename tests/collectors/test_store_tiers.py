@@ -143,3 +143,17 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path: Path) -> None:
     assert reread == pytest.approx(a)
     assert not math.isnan(a[-1])
     again.close()
+
+
+def test_backfilled_history_never_hides_the_live_latest_row(tmp_path: Path) -> None:
+    # The demo writes its past newest hour first while the live collector already writes "now".
+    store = SqliteStore(str(tmp_path / "h.sqlite"))
+    try:
+        store.append([_snap("a", 10_000.0, 2.0)])  # the live collector
+        store.append([_snap("a", 5_000.0, 1.5), _snap("b", 6_000.0, 1.2)], backfill=True)
+        latest = {s.target: s.ts for s in store.latest()}
+        assert latest == {"a": 10_000.0, "b": 6_000.0}
+        store.append([_snap("a", 9_000.0, 1.9)])  # a live write is always the latest (clock stepped back)
+        assert {s.target: s.ts for s in store.latest()}["a"] == 9_000.0
+    finally:
+        store.close()

@@ -123,6 +123,10 @@ def test_the_dashboard_keeps_its_last_good_config_and_says_why(
         assert not at.exception
         assert "every 2 s" in sidebar(at)
         assert collector_threads() == 1
+        deadline = time.monotonic() + 30  # the first cycle lands (slowly on a busy machine) before the edit
+        while len(samples_by_target(tmp_path / "history.sqlite")) < len(servers):
+            assert time.monotonic() < deadline, "the collector stored no cycle"
+            time.sleep(0.1)
 
         path.write_text(
             "scrape: {interval_s: 3, timeout_s: 0.5\ntargets: [", encoding="utf-8"
