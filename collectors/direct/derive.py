@@ -128,28 +128,19 @@ def _compile(expr: Expr) -> _Fn:
     if isinstance(expr, Gauge):
         key = expr.family.samples[0]
         return lambda c: c.values.get(key)
-    if isinstance(expr, Rate) and expr.family.at_completion:
-        completed = f"sglang:{expr.family.name}{expr.part}"
-
-        def completion_rate(c: _Cycle) -> float | None:
-            if c.long_previous is None:
-                return None
-            now, before = c.values.get(completed), c.long_previous.get(completed)
-            if now is None or before is None:
-                return None
-            return _finite((now - before) / c.long_elapsed_s)
-
-        return completion_rate
     if isinstance(expr, Rate):
         sample = f"sglang:{expr.family.name}{expr.part}"
+        # Completion-counted families move only when a request finishes: their rate spans the longer window.
+        long = expr.family.at_completion
 
         def rate(c: _Cycle) -> float | None:
-            if c.previous is None:
+            previous = c.long_previous if long else c.previous
+            if previous is None:
                 return None
-            now, before = c.values.get(sample), c.previous.get(sample)
+            now, before = c.values.get(sample), previous.get(sample)
             if now is None or before is None:
                 return None
-            return _finite((now - before) / c.elapsed_s)
+            return _finite((now - before) / (c.long_elapsed_s if long else c.elapsed_s))
 
         return rate
     if isinstance(expr, Ratio):
