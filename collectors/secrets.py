@@ -57,7 +57,8 @@ class Redactor:
     """``redactor(text)``: the text with every known secret, credential and URL userinfo replaced."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = tuple(s for s in secrets if s)
+        # Longest first: a secret that contains another (a header value and its token) is replaced whole.
+        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
 
     @classmethod
     def for_config(cls, config: Config) -> Redactor:

@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -86,12 +85,11 @@ class PromClient:
         self.url = url.rstrip("/")
         # Messages and logs name the server without any user:password@ (the requests still carry it).
         self.safe_url = safe_url(self.url)
-        secrets = [urlsplit(self.url).password or "", bearer_token or ""]
+        secrets = [bearer_token or "", *url_secrets(url)]
         for name, value in (headers or {}).items():
             if any(word in name.lower() for word in _SECRET_HEADER_WORDS):
                 # "Bearer <token>" / "Basic <b64>": servers echo the credential without its scheme.
                 secrets += [value, value.split(" ", 1)[-1]]
-        self._secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
         self.timeout_s = timeout_s
         self.max_body_bytes = max_body_bytes
         # Integer milliseconds parse in Prometheus and VictoriaMetrics alike, so the server gives up first.
@@ -104,7 +102,7 @@ class PromClient:
         # Auth proxies echo the Authorization header in a 401 body, and the URL may carry a password: every
         # message built here goes through the one redaction (collectors.secrets), which also removes
         # credentials by shape.
-        self._redact = Redactor([*self._secrets, *url_secrets(url)])
+        self._redact = Redactor(s for s in secrets if len(s) >= 4)
 
     @classmethod
     def from_settings(
