@@ -127,9 +127,8 @@ def test_the_dashboard_keeps_its_last_good_config_and_says_why(
         while len(samples_by_target(tmp_path / "history.sqlite")) < len(servers):
             assert time.monotonic() < deadline, "the collector stored no cycle"
             time.sleep(0.1)
-        time.sleep(
-            2.1
-        )  # one scrape interval: the page's cached read of "now" (keyed by interval tick) moves on
+        # One scrape interval: the page's cached read of "now" (keyed by the interval tick) moves on.
+        time.sleep(2.1)
 
         path.write_text(
             "scrape: {interval_s: 3, timeout_s: 0.5\ntargets: [", encoding="utf-8"
