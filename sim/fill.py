@@ -1,27 +1,34 @@
-"""Fill a history store with hours of a simulated fleet, every tier as the collector would have written it.
+"""Write hours of a simulated fleet into a history store, every tier as the collector would have written it.
 
-``python -m sim history --config FILE --hours H``. Time-major, an hour at a time for every server, so rows
-land in time order (both raw indexes append) and memory stays one hour of the fleet. Within the store's raw
-retention the fleet is sampled every ``step_s`` into raw rows and rollups; older hours — which the collector
-would keep only as rollups — are sampled once per minute, each sample standing for the minute's
-``60 / step_s`` scrapes (``Batch.weight``). That is what the collector writes for a server whose gauges
-change every five minutes (ROLLUP_WINDOW_S), and it makes 500 servers × 24 h a matter of a minute or two.
+One writer for both pasts the sim writes: ``python -m sim history --config FILE --hours H``
+(``fill_store``: an empty store, oldest first, as fast as the store loads) and the demo's day on ``make run``
+(``demo_history``: newest hour first beside the live collector, so pages show the last hours within the
+first minutes). Both are ``write_history`` over ``Segment``s: stretches sampled by servers started fresh.
+
+Within a segment the fleet is sampled time-major, a quarter hour at a time for every server, so rows land in
+time order and memory stays a chunk of the fleet. From ``raw_from_t`` on it is sampled every ``step_s`` into
+raw rows and rollups; before it — hours the collector would keep only as rollups — once per minute, each
+sample standing for the minute's ``60 / step_s`` scrapes (``Batch.weight``). That is what the collector writes
+for a server whose gauges change every five minutes (ROLLUP_WINDOW_S).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
 
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
+from collectors.store.bulk import HistoryLoader
 from collectors.store.history import SqliteStore
-from collectors.store.tiers import MINUTE_TIER, Batch
-from sim.history import Sampler, sim_server
+from collectors.store.tiers import MINUTE_TIER, Batch, FloatArray
+from sim.history import WINDOW_SAMPLES, Sampler, sim_server
 from sim.scenario import expand_servers, load_scenario
 
 # Decode-log windows: the simulated engine's cost is per window (~0.12 ms), so the fill publishes one every
@@ -29,8 +36,13 @@ from sim.scenario import expand_servers, load_scenario
 RAW_WINDOW_S = 60.0
 ROLLUP_WINDOW_S = 300.0
 ROLLUP_STEP_S = MINUTE_TIER.seconds  # one sample per minute beyond raw retention
-CHUNK_S = 900.0  # a quarter hour of the fleet in memory at a time (15 min tier buckets stay whole)
+# A quarter hour of the fleet in memory at a time. Part of the content: a bucket straddling two chunks is
+# the merge of two partial rows, so changing it changes the last bits of some sums.
+CHUNK_S = 900.0
+DEMO_SEGMENT_S = 3600.0  # the demo loops hourly: each hour of its past is a fresh run of the scenario
 SCRAPE_DURATION_S = 0.004
+
+Progress = Callable[[float, float], None]  # (seconds of history written, seconds in all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +53,19 @@ class FillReport:
     rollup_samples: int  # scrapes the rollup-only hours stand for
     events: int
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """``duration_s`` of history from unix ``start_ts``, sampled by servers started at its start with
+    ``seed``: one sample per minute before scenario second ``raw_from_t``, raw rows every step from it on."""
+
+    start_ts: float
+    duration_s: float
+    seed: int
+    raw_from_t: float
+    raw_window_s: float = RAW_WINDOW_S  # decode-log windows within the raw rows
+    rollup_window_s: float = ROLLUP_WINDOW_S  # ... and before them
 
 
 class StoreNotEmptyError(ValueError):
@@ -62,100 +87,207 @@ def fill_store(
     """Write ``hours`` of the scenario's fleet ending at ``end_ts`` (default now) into an empty store."""
     if not 0 < hours <= 400 * 24:
         raise ValueError(f"hours must be in (0, 9600], not {hours}")
-    if not 0 < step_s <= ROLLUP_STEP_S or ROLLUP_STEP_S % step_s:
-        raise ValueError(f"step_s must divide {ROLLUP_STEP_S:g} s, not {step_s}")
-    started = time.monotonic()
-    loaded = load_scenario(scenario)
-    specs = expand_servers(loaded, servers)
+    _check_step(step_s)
     end = time.time() if end_ts is None else end_ts
     duration_s = math.floor(hours * 3600.0 / ROLLUP_STEP_S) * ROLLUP_STEP_S
     start = math.floor((end - duration_s) / ROLLUP_STEP_S) * ROLLUP_STEP_S  # minute-aligned buckets
     raw_from_t = max(0.0, duration_s - raw_hours * 3600.0)
     raw_from_t = math.floor(raw_from_t / ROLLUP_STEP_S) * ROLLUP_STEP_S
-    store = SqliteStore(store_path)
+    probe = SqliteStore(store_path)
     try:
-        if store.count_samples():
+        if probe.count_samples():
             raise StoreNotEmptyError(
-                f"history store {store.path} already holds samples; point store.path at a new file "
+                f"history store {probe.path} already holds samples; point store.path at a new file "
                 "(or delete this one) to fill it with simulated history"
             )
-        store.drop_raw_indexes()  # rebuilt once at the end: a sort instead of 2 M index inserts
-        recipes: dict[str, Recipe] = {}
-        samplers = [
-            Sampler(sim_server(spec, i, seed, loaded, ROLLUP_WINDOW_S), start, recipes)
-            for i, spec in enumerate(specs)
-        ]
-        raw_rows = rollup_samples = 0
-        last: dict[str, TargetSnapshot] = {}
-        chunk_t = 0.0
-        while chunk_t < duration_s:
-            chunk_end = min(chunk_t + CHUNK_S, duration_s)
-            raw_part, rollup_part = _chunk(samplers, chunk_t, chunk_end, raw_from_t, step_s, last)
-            if raw_part:
-                store.append_raw(sorted(raw_part, key=lambda r: r[0]))  # type: ignore[arg-type,return-value]
-                raw_rows += len(raw_part)
-            for part, weight in ((raw_part, 1.0), (rollup_part, ROLLUP_STEP_S / step_s)):
-                if part:
-                    store.append_rollups(_batch(part, weight))
-            rollup_samples += len(rollup_part) * int(ROLLUP_STEP_S / step_s)
-            for recipe in recipes.values():
-                store.put_recipe(recipe, start)
-            chunk_t = chunk_end
-            if progress is not None:
-                progress(f"{chunk_t / 3600:.0f} / {duration_s / 3600:.0f} h")
-        events: list[Event] = []
-        for sampler in samplers:
-            events += sampler.events + sampler.server_events(duration_s)
-        events.sort(key=lambda e: e.ts)
-        store.add_events(events)
-        store.append_rollups(None, latest=list(last.values()))
     finally:
-        store.rebuild_indexes()  # also after a failure: the store stays a complete, readable one
-        store.close()
-    return FillReport(
-        len(specs), duration_s / 3600.0, raw_rows, rollup_samples, len(events), time.monotonic() - started
+        probe.close()
+
+    def told(done_s: float, total_s: float) -> None:
+        if progress is not None:
+            progress(f"{done_s / 3600:.0f} / {total_s / 3600:.0f} h")
+
+    return write_history(
+        store_path,
+        [Segment(start, duration_s, seed, raw_from_t)],
+        scenario=scenario,
+        servers=servers,
+        step_s=step_s,
+        exclusive=True,
+        progress=told,
     )
 
 
+def demo_history(
+    store_path: str | Path,
+    *,
+    scenario: str | Path = "demo",
+    servers: int | None = None,
+    hours: float,
+    end_ts: float,
+    step_s: float = 5.0,
+    seed: int = 0,
+    stop: threading.Event | None = None,
+    progress: Progress | None = None,
+) -> FillReport:
+    """The demo's past beside its live collector: whole hours ending at ``end_ts`` (the live fleet's start,
+    so every hour begins where the hourly scenario loop does), newest first, raw rows every step; a row
+    never replaces a target's newer latest one."""
+    _check_step(step_s)
+    window_s = WINDOW_SAMPLES * step_s  # gauges refresh every ≥ 15 s, as ``synthesize_history``'s do
+    segments = [
+        Segment(end_ts - (k + 1) * DEMO_SEGMENT_S, DEMO_SEGMENT_S, seed + k, 0.0, window_s, window_s)
+        for k in range(math.ceil(hours * 3600.0 / DEMO_SEGMENT_S))
+    ]
+    return write_history(
+        store_path,
+        segments,
+        scenario=scenario,
+        servers=servers,
+        step_s=step_s,
+        exclusive=False,
+        stop=stop,
+        progress=progress,
+    )
+
+
+def write_history(
+    store_path: str | Path,
+    segments: Sequence[Segment],
+    *,
+    scenario: str | Path,
+    servers: int | None,
+    step_s: float,
+    exclusive: bool,
+    stop: threading.Event | None = None,
+    progress: Progress | None = None,
+) -> FillReport:
+    """Sample each segment in turn and write it (``HistoryLoader``: ``exclusive`` = an empty store nothing
+    else writes, oldest segment first; else beside a live collector, in any order)."""
+    started = time.monotonic()
+    loaded = load_scenario(scenario)
+    specs = expand_servers(loaded, servers)
+    total_s = sum(s.duration_s for s in segments)
+    done_s = 0.0
+    raw_rows = rollup_samples = event_count = 0
+    with HistoryLoader(store_path, exclusive=exclusive) as loader:
+        for segment in segments:
+            if stop is not None and stop.is_set():
+                break
+            recipes: dict[str, Recipe] = {}
+            samplers = [
+                Sampler(
+                    sim_server(spec, i, segment.seed, loaded, segment.rollup_window_s),
+                    segment.start_ts,
+                    recipes,
+                )
+                for i, spec in enumerate(specs)
+            ]
+            last: dict[str, TargetSnapshot] = {}
+            chunk_t = 0.0
+            while chunk_t < segment.duration_s and not (stop is not None and stop.is_set()):
+                if progress is not None:
+                    progress(done_s + chunk_t, total_s)
+                chunk_end = min(chunk_t + CHUNK_S, segment.duration_s)
+                part = _chunk(samplers, chunk_t, chunk_end, segment, step_s, last)
+                for recipe in recipes.values():
+                    loader.store.put_recipe(recipe, segment.start_ts)
+                loader.write(part.raw_rows, part.batches)
+                raw_rows += len(part.raw_rows)
+                rollup_samples += part.rollup_rows * int(ROLLUP_STEP_S / step_s)
+                chunk_t = chunk_end
+            events: list[Event] = []
+            for sampler in samplers:
+                events += sampler.events + sampler.server_events(chunk_t)
+            events.sort(key=lambda e: e.ts)
+            loader.store.add_events(events)
+            event_count += len(events)
+            loader.write((), (), latest=list(last.values()))
+            done_s += segment.duration_s
+        if progress is not None:
+            progress(done_s, total_s)
+    return FillReport(
+        len(specs), done_s / 3600.0, raw_rows, rollup_samples, event_count, time.monotonic() - started
+    )
+
+
+def _check_step(step_s: float) -> None:
+    if not 0 < step_s <= ROLLUP_STEP_S or ROLLUP_STEP_S % step_s:
+        raise ValueError(f"step_s must divide {ROLLUP_STEP_S:g} s, not {step_s}")
+
+
 Row = tuple[object, ...]
+
+
+@dataclass(slots=True)
+class _Part:
+    raw_rows: list[Row]  # in time order (both raw indexes append)
+    batches: list[Batch]  # the raw rows', then the rollup-only samples' (the order the per-chunk upserts ran)
+    rollup_rows: int
 
 
 def _chunk(
     samplers: list[Sampler],
     from_t: float,
     to_t: float,
-    raw_from_t: float,
+    segment: Segment,
     step_s: float,
     last: dict[str, TargetSnapshot],
-) -> tuple[list[Row], list[Row]]:
-    """Raw rows (every step) and rollup-only rows (one per minute, at its middle) of every server."""
+) -> _Part:
+    """Raw rows (every step) and rollup-only samples (one per minute, at its middle) of every server."""
     raw: list[Row] = []
     rollup: list[Row] = []
+    raw_signals: list[int] = []  # per row: its signals' index in ``vectors``
+    rollup_signals: list[int] = []
+    vectors: list[tuple[float | None, ...]] = []
     # Signals are shared while no new window is published: convert each once (kept alive, so ids stay unique).
-    values: dict[int, tuple[Signals, tuple[float | None, ...]]] = {}
+    values: dict[int, tuple[Signals, tuple[float | None, ...], int]] = {}
+    raw_from_t = segment.raw_from_t
+    half_minute = ROLLUP_STEP_S / 2
     for sampler in samplers:
         name, deployment, start = sampler.name, sampler.deployment, sampler.start_ts
         t = from_t
+        row: Row = ()
+        signals = Signals()
         while t < to_t:
             if t >= raw_from_t:
                 if t == raw_from_t:
-                    sampler.server.set_min_window_s(RAW_WINDOW_S)
+                    sampler.server.set_min_window_s(segment.raw_window_s)
                 t += step_s
-                at, into = t, raw
+                at, into, indexes = t, raw, raw_signals
             else:
                 t += ROLLUP_STEP_S
-                at, into = t - ROLLUP_STEP_S / 2, rollup  # the minute's mean time stands for its scrapes
+                at, into, indexes = t - half_minute, rollup, rollup_signals  # the minute's mean time
             up, error, signals = sampler.sample(at)
             found = values.get(id(signals))
             if found is None:
-                found = values[id(signals)] = (signals, tuple(getattr(signals, n) for n in SIGNAL_NAMES))
-            duration = SCRAPE_DURATION_S if up else None
-            into.append(
-                (start + at, name, int(up), error, sampler.recipe_id, deployment, duration, *found[1])
+                vector = tuple(getattr(signals, n) for n in SIGNAL_NAMES)
+                found = values[id(signals)] = (signals, vector, len(vectors))
+                vectors.append(vector)
+            row = (
+                start + at,
+                name,
+                int(up),
+                error,
+                sampler.recipe_id,
+                deployment,
+                SCRAPE_DURATION_S if up else None,
+                *found[1],
             )
-        if t > from_t:  # the server's newest sample so far: the store's "latest" once the fill ends
-            last[name] = _snapshot(into[-1], signals)
-    return raw, rollup
+            into.append(row)
+            indexes.append(found[2])
+        if row:  # the server's newest sample so far: its latest once the segment is written
+            last[name] = _snapshot(row, signals)
+    table = np.array(vectors, dtype=np.float64).reshape(len(vectors), len(SIGNAL_NAMES))  # None → NaN
+    batches = [
+        _batch(rows, table[np.array(indexes, dtype=np.int64)], weight)
+        for rows, indexes, weight in (
+            (raw, raw_signals, 1.0),
+            (rollup, rollup_signals, ROLLUP_STEP_S / step_s),
+        )
+        if rows
+    ]
+    return _Part(sorted(raw, key=itemgetter(0)), batches, len(rollup))
 
 
 def _snapshot(row: Row, signals: Signals) -> TargetSnapshot:
@@ -171,7 +303,18 @@ def _snapshot(row: Row, signals: Signals) -> TargetSnapshot:
     )
 
 
-def _batch(rows: list[Row], weight: float) -> Batch:
-    batch = Batch.of_rows(rows)
-    batch.weight = np.full(len(rows), weight)
-    return batch
+def _batch(rows: list[Row], signals: FloatArray, weight: float) -> Batch:
+    """The rows as ``Batch.of_rows`` reads them, without going through every value again."""
+    columns = zip(*(r[:7] for r in rows), strict=True)
+    ts, target, up, error, recipe_id, deployment, duration = (list(c) for c in columns)
+    return Batch(
+        target=[str(t) for t in target],
+        ts=np.array(ts, dtype=np.float64),
+        up=np.array(up, dtype=np.float64),
+        error=[None if e is None else str(e) for e in error],
+        recipe_id=[None if r is None else str(r) for r in recipe_id],
+        deployment=[str(d or "") for d in deployment],
+        scrape_duration_s=np.array(duration, dtype=np.float64),
+        signals=signals,
+        weight=np.full(len(rows), weight),
+    )
