@@ -92,9 +92,6 @@ def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
     return config.model_copy(update={"targets": config.targets + fleet.targets})
 
 
-HISTORY_CHUNK_S = 3600.0  # one scenario hour per chunk, newest first: the 15 min and 1 h ranges fill at once
-
-
 def write_sim_history(
     path: str,
     sim: SimSettings,
@@ -104,38 +101,25 @@ def write_sim_history(
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Write ``sim.history_h`` hours of the scenario into the store at ``path``, sampled as a collector would,
-    ending at ``end_ts``; returns the snapshots written.
+    ending at ``end_ts``, newest hour first (``sim.fill.demo_history``: the one history writer, also behind
+    ``python -m sim history``); returns the raw rows written."""
+    from sim.fill import demo_history
 
-    Chunks are whole hours ending at the fleet's start, so every chunk (and the live fleet after them) begins
-    at the same point of an hourly scenario loop; each chunk is written as soon as it is made.
-    """
-    from collectors.store.history import SqliteStore
-    from sim.history import synthesize_history
+    def told(done_s: float, total_s: float) -> None:
+        if progress is not None:
+            progress(int(done_s // 3600), math.ceil(total_s / 3600))
 
-    hours = math.ceil(sim.history_h * 3600.0 / HISTORY_CHUNK_S)
-    store = SqliteStore(path)  # this thread's own connection
-    written = 0
-    try:
-        for k in range(hours):
-            if stop is not None and stop.is_set():
-                break
-            if progress is not None:
-                progress(k, hours)
-            snapshots, events, recipes = synthesize_history(
-                sim.scenario,
-                servers=sim.servers,
-                duration_s=HISTORY_CHUNK_S,
-                end_ts=end_ts - k * HISTORY_CHUNK_S,
-                seed=sim.seed + k,
-            )
-            for recipe in recipes.values():
-                store.put_recipe(recipe, snapshots[0].ts if snapshots else end_ts)
-            store.append(snapshots, backfill=True)  # never hides what the live collector wrote since
-            store.add_events(events)
-            written += len(snapshots)
-    finally:
-        store.close()
-    return written
+    report = demo_history(
+        path,
+        scenario=sim.scenario,
+        servers=sim.servers,
+        hours=sim.history_h,
+        end_ts=end_ts,
+        seed=sim.seed,
+        stop=stop,
+        progress=told,
+    )
+    return report.raw_rows
 
 
 def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:

@@ -94,6 +94,11 @@ class ServerEngine:
             self.published.commit(self._pending)
             self._pending = None
 
+    def quiet_until_s(self) -> float:
+        """``advance_to`` does nothing for any ``t`` before this: the pending window's end, or (none simulated
+        yet) where the next one starts. History sampling skips its calls until then."""
+        return self._internal_s if self._pending is None else self._pending.end_s
+
     def next_refresh_s(self) -> float:
         """When the published gauges change next: the end of the window after the last published one."""
         if self._pending is None:

@@ -186,8 +186,6 @@ def write_history(
             last: dict[str, TargetSnapshot] = {}
             chunk_t = 0.0
             while chunk_t < segment.duration_s and not (stop is not None and stop.is_set()):
-                if progress is not None:
-                    progress(done_s + chunk_t, total_s)
                 chunk_end = min(chunk_t + CHUNK_S, segment.duration_s)
                 part = _chunk(samplers, chunk_t, chunk_end, segment, step_s, last)
                 for recipe in recipes.values():
@@ -196,6 +194,8 @@ def write_history(
                 raw_rows += len(part.raw_rows)
                 rollup_samples += part.rollup_rows * int(ROLLUP_STEP_S / step_s)
                 chunk_t = chunk_end
+                if progress is not None:
+                    progress(done_s + chunk_t, total_s)
             events: list[Event] = []
             for sampler in samplers:
                 events += sampler.events + sampler.server_events(chunk_t)
@@ -203,9 +203,7 @@ def write_history(
             loader.store.add_events(events)
             event_count += len(events)
             loader.write((), (), latest=list(last.values()))
-            done_s += segment.duration_s
-        if progress is not None:
-            progress(done_s, total_s)
+            done_s += chunk_t
     return FillReport(
         len(specs), done_s / 3600.0, raw_rows, rollup_samples, event_count, time.monotonic() - started
     )

@@ -152,8 +152,23 @@ class Sampler:
         self._was_up, self._restarts = True, 0
         self.recipe_id = server.recipe.recipe_id  # hashing the flags is not free: once per recipe
         recipes[self.recipe_id] = server.recipe
+        self._answer: tuple[bool, str | None, Signals] = (True, None, _UNKNOWN)
+        self._same_until = -math.inf  # before this scenario time ``sample`` answers as it last did
 
     def sample(self, t: float) -> tuple[bool, str | None, Signals]:
+        if t < self._same_until:
+            return self._answer  # nothing due: most samples between two windows (the fill's hot path)
+        self._answer = answer = self._sample(t)
+        server = self.server
+        # Until the next scenario action, published window or end of a boot, advancing the server is a no-op
+        # and the answer (the deriver's cached signals, no up/down transition) cannot change.
+        until = min(server.next_action_s, server.engine.quiet_until_s())
+        if t < server.booting_until:
+            until = min(until, server.booting_until)
+        self._same_until = until
+        return answer
+
+    def _sample(self, t: float) -> tuple[bool, str | None, Signals]:
         server = self.server
         server.advance(t)
         ts = self.start_ts + t

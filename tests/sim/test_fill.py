@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import yaml
 
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.store.history import SqliteStore
-from sim.fill import fill_store
+from sim.fill import Segment, demo_history, fill_store, write_history
 
 ROOT = Path(__file__).resolve().parents[2]
 END = 1_760_000_000.0
@@ -88,3 +91,62 @@ def test_the_raw_hours_roll_up_exactly_as_the_collectors_appends_would(tmp_path:
 
 def _rounded(row: tuple[object, ...]) -> tuple[object, ...]:
     return tuple(round(v, 6) if isinstance(v, float) else v for v in row)
+
+
+def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    db = sqlite3.connect(path)
+    try:
+        names = [
+            r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        ]
+        return {n: sorted(db.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in names}  # noqa: S608
+    finally:
+        db.close()
+
+
+def test_the_bulk_load_writes_exactly_what_merging_upserts_write(tmp_path: Path) -> None:
+    # The exclusive load INSERTs new buckets and defers indexes; beside a live collector every row is
+    # upserted. Same segments, same content to the last bit (2 h: raw and minute-sampled hours, chunks
+    # straddling 5 min, 15 min and 1 h buckets).
+    fill_store(tmp_path / "bulk.sqlite", servers=3, hours=2, raw_hours=1, end_ts=END + 17.0)
+    segment = Segment(math.floor((END + 17.0 - 7200) / 60) * 60, 7200.0, 0, 3600.0)
+    write_history(
+        tmp_path / "upserted.sqlite", [segment], scenario="demo", servers=3, step_s=5.0, exclusive=False
+    )
+    bulk, upserted = _tables(tmp_path / "bulk.sqlite"), _tables(tmp_path / "upserted.sqlite")
+    assert bulk.keys() == upserted.keys()
+    for table, rows in bulk.items():
+        assert rows == upserted[table], table
+    indexes = "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name"
+    found = [
+        sqlite3.connect(tmp_path / p).execute(indexes).fetchall() for p in ("bulk.sqlite", "upserted.sqlite")
+    ]
+    assert found[0] == found[1]  # every index rebuilt after the load
+    assert len(found[0]) >= 7
+
+
+def test_the_demo_writes_its_past_newest_hour_first_beside_the_live_collector(tmp_path: Path) -> None:
+    path = tmp_path / "demo.sqlite"
+    live = SqliteStore(path)
+    live.append(
+        [TargetSnapshot("k3-east-0", END + 30.0, True, None, Signals(running=7.0), "r", "east", 0.004)]
+    )
+    stop = threading.Event()
+    hours_seen: list[float] = []
+
+    def progress(done_s: float, total_s: float) -> None:
+        hours_seen.append(done_s)
+        if done_s >= 3600.0:  # the first segment written: stop before the second
+            stop.set()
+
+    report = demo_history(path, servers=None, hours=3, end_ts=END, stop=stop, progress=progress)
+    assert report.raw_rows == 11 * 720  # one hour of the eleven demo servers, then stopped
+    first, newest = live._connect().execute("SELECT MIN(ts), MAX(ts) FROM samples").fetchone()
+    assert first == pytest.approx(END - 3600 + 5)  # the newest hour came first
+    assert newest == END + 30.0
+    latest = {s.target: s for s in live.latest()}
+    assert latest["k3-east-0"].ts == END + 30.0  # the live row stays the latest ...
+    assert latest["k3-east-0"].signals.running == 7.0
+    assert {s.ts for t, s in latest.items() if t != "k3-east-0"} == {END}  # ... the others end at END
+    assert live.read_events(END - 3600, END)  # the hour's events came with it
+    live.close()
