@@ -81,6 +81,7 @@ def history(argv: Sequence[str]) -> int:
             step_s=config.scrape.interval_s,
             seed=sim.seed,
             progress=lambda done: print(f"  {done}", file=sys.stderr, flush=True),
+            sample_in_process=True,  # simulate in a child while this process writes: two cores, half the wall
         )
     except StoreNotEmptyError as exc:
         print(f"python -m sim history: {exc}", file=sys.stderr)

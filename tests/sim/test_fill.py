@@ -150,3 +150,12 @@ def test_the_demo_writes_its_past_newest_hour_first_beside_the_live_collector(tm
     assert {s.ts for t, s in latest.items() if t != "k3-east-0"} == {END}  # ... the others end at END
     assert live.read_events(END - 3600, END)  # the hour's events came with it
     live.close()
+
+
+def test_sampling_in_a_child_process_writes_the_same_store(tmp_path: Path) -> None:
+    # The command simulates in a child process while the parent writes: the parts cross as arrays.
+    for name, child in (("here.sqlite", False), ("child.sqlite", True)):
+        fill_store(tmp_path / name, servers=2, hours=1, raw_hours=0.5, end_ts=END, sample_in_process=child)
+    here, there = _tables(tmp_path / "here.sqlite"), _tables(tmp_path / "child.sqlite")
+    assert here == there
+    assert len(here["samples"]) == 2 * 360
