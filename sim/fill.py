@@ -19,7 +19,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,7 @@ CHUNK_S = 900.0
 DEMO_SEGMENT_S = 3600.0  # the demo loops hourly: each hour of its past is a fresh run of the scenario
 SCRAPE_DURATION_S = 0.004
 
+Row = tuple[object, ...]
 Progress = Callable[[float, float], None]  # (seconds of history written, seconds in all)
 
 
@@ -321,7 +322,35 @@ def _check_step(step_s: float) -> None:
         raise ValueError(f"step_s must divide {ROLLUP_STEP_S:g} s, not {step_s}")
 
 
-Row = tuple[object, ...]
+@dataclass(slots=True)
+class _Columns:
+    """Samples of a chunk as columns (one entry per sample), turned into a ``Batch`` at its end."""
+
+    ts: list[float] = field(default_factory=list)
+    target: list[str] = field(default_factory=list)
+    up: list[bool] = field(default_factory=list)
+    error: list[str | None] = field(default_factory=list)
+    recipe_id: list[str | None] = field(default_factory=list)
+    deployment: list[str] = field(default_factory=list)
+    signals: list[int] = field(
+        default_factory=list
+    )  # the index of each sample's signals in the chunk's table
+
+    def batch(self, table: FloatArray, weight: float) -> Batch | None:
+        if not self.ts:
+            return None
+        up = np.array(self.up, dtype=np.float64)
+        return Batch(
+            target=self.target,
+            ts=np.array(self.ts, dtype=np.float64),
+            up=up,
+            error=self.error,
+            recipe_id=self.recipe_id,
+            deployment=self.deployment,
+            scrape_duration_s=np.where(up > 0, SCRAPE_DURATION_S, np.nan),
+            signals=table[np.array(self.signals, dtype=np.int64)],
+            weight=np.full(len(self.ts), weight),
+        )
 
 
 def _chunk(
@@ -333,85 +362,43 @@ def _chunk(
     last: dict[str, TargetSnapshot],
 ) -> tuple[Batch | None, Batch | None]:
     """Raw rows (every step) and rollup-only samples (one per minute, at its middle) of every server."""
-    raw: list[Row] = []
-    rollup: list[Row] = []
-    raw_signals: list[int] = []  # per row: its signals' index in ``vectors``
-    rollup_signals: list[int] = []
+    raw, rollup = _Columns(), _Columns()
     vectors: list[tuple[float | None, ...]] = []
     # Signals are shared while no new window is published: convert each once (kept alive, so ids stay unique).
-    values: dict[int, tuple[Signals, tuple[float | None, ...], int]] = {}
+    values: dict[int, tuple[Signals, int]] = {}
     raw_from_t = segment.raw_from_t
     half_minute = ROLLUP_STEP_S / 2
     for sampler in samplers:
         name, deployment, start = sampler.name, sampler.deployment, sampler.start_ts
+        raw_before, rollup_before = len(raw.ts), len(rollup.ts)
         t = from_t
-        row: Row = ()
-        signals = Signals()
+        newest: tuple[float, bool, str | None, Signals] | None = None
         while t < to_t:
             if t >= raw_from_t:
                 if t == raw_from_t:
                     sampler.server.set_min_window_s(segment.raw_window_s)
                 t += step_s
-                at, into, indexes = t, raw, raw_signals
+                at, into = t, raw
             else:
                 t += ROLLUP_STEP_S
-                at, into, indexes = t - half_minute, rollup, rollup_signals  # the minute's mean time
+                at, into = t - half_minute, rollup  # the minute's mean time stands for its scrapes
             up, error, signals = sampler.sample(at)
             found = values.get(id(signals))
             if found is None:
-                vector = tuple(getattr(signals, n) for n in SIGNAL_NAMES)
-                found = values[id(signals)] = (signals, vector, len(vectors))
-                vectors.append(vector)
-            row = (
-                start + at,
-                name,
-                int(up),
-                error,
-                sampler.recipe_id,
-                deployment,
-                SCRAPE_DURATION_S if up else None,
-                *found[1],
-            )
-            into.append(row)
-            indexes.append(found[2])
-        if row:  # the server's newest sample so far: its latest once the segment is written
-            last[name] = _snapshot(row, signals)
+                found = values[id(signals)] = (signals, len(vectors))
+                vectors.append(tuple(getattr(signals, n) for n in SIGNAL_NAMES))
+            into.ts.append(start + at)
+            into.up.append(up)
+            into.error.append(error)
+            into.recipe_id.append(sampler.recipe_id)
+            into.signals.append(found[1])
+            newest = (start + at, up, error, signals)
+        for columns, before in ((raw, raw_before), (rollup, rollup_before)):
+            columns.target += [name] * (len(columns.ts) - before)
+            columns.deployment += [deployment] * (len(columns.ts) - before)
+        if newest is not None:  # the server's newest sample so far: its latest once the segment is written
+            ts, up, error, signals = newest
+            duration = SCRAPE_DURATION_S if up else None
+            last[name] = TargetSnapshot(name, ts, up, error, signals, sampler.recipe_id, deployment, duration)
     table = np.array(vectors, dtype=np.float64).reshape(len(vectors), len(SIGNAL_NAMES))  # None → NaN
-    raw_batch, rollup_batch = (
-        _batch(rows, table[np.array(indexes, dtype=np.int64)], weight) if rows else None
-        for rows, indexes, weight in (
-            (raw, raw_signals, 1.0),
-            (rollup, rollup_signals, ROLLUP_STEP_S / step_s),
-        )
-    )
-    return raw_batch, rollup_batch
-
-
-def _snapshot(row: Row, signals: Signals) -> TargetSnapshot:
-    return TargetSnapshot(
-        str(row[1]),
-        float(str(row[0])),
-        bool(row[2]),
-        None if row[3] is None else str(row[3]),
-        signals,
-        None if row[4] is None else str(row[4]),
-        str(row[5]),
-        None if row[6] is None else float(str(row[6])),
-    )
-
-
-def _batch(rows: list[Row], signals: FloatArray, weight: float) -> Batch:
-    """The rows as ``Batch.of_rows`` reads them, without going through every value again."""
-    columns = zip(*(r[:7] for r in rows), strict=True)
-    ts, target, up, error, recipe_id, deployment, duration = (list(c) for c in columns)
-    return Batch(
-        target=[str(t) for t in target],
-        ts=np.array(ts, dtype=np.float64),
-        up=np.array(up, dtype=np.float64),
-        error=[None if e is None else str(e) for e in error],
-        recipe_id=[None if r is None else str(r) for r in recipe_id],
-        deployment=[str(d or "") for d in deployment],
-        scrape_duration_s=np.array(duration, dtype=np.float64),
-        signals=signals,
-        weight=np.full(len(rows), weight),
-    )
+    return raw.batch(table, 1.0), rollup.batch(table, ROLLUP_STEP_S / step_s)
