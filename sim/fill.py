@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import pickle
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty
 
 import numpy as np
 
@@ -180,25 +183,26 @@ def write_history(
     raw_rows = rollup_samples = event_count = 0
     with HistoryLoader(store_path, exclusive=exclusive) as loader:
         if sample_in_process:
-            parts: Iterator[_Part | _SegmentEnd] = _sampled_in_child(scenario, servers, segments, step_s)
+            parts = _sampled_in_child(scenario, servers, segments, step_s)
         else:
             parts = _sampled(scenario, servers, segments, step_s, stop)
-        for part in parts:
-            if isinstance(part, _SegmentEnd):
-                loader.store.add_events(part.events)
-                event_count += len(part.events)
-                loader.write((), (), latest=part.latest)
-                done_s += part.duration_s
-                continue
-            for recipe in part.recipes:
-                loader.store.put_recipe(recipe, part.segment_start_ts)
-            rows = _raw_rows(part.raw) if part.raw is not None else []
-            loader.write(rows, [b for b in (part.raw, part.rollup) if b is not None])
-            raw_rows += len(rows)
-            if part.rollup is not None:
-                rollup_samples += len(part.rollup.target) * int(ROLLUP_STEP_S / step_s)
-            if progress is not None:
-                progress(done_s + part.done_s, total_s)
+        with closing(parts):  # a failed write stops the sampling (and its child) at once
+            for part in parts:
+                if isinstance(part, _SegmentEnd):
+                    loader.store.add_events(part.events)
+                    event_count += len(part.events)
+                    loader.write((), (), latest=part.latest)
+                    done_s += part.duration_s
+                    continue
+                for recipe in part.recipes:
+                    loader.store.put_recipe(recipe, part.segment_start_ts)
+                rows = _raw_rows(part.raw) if part.raw is not None else []
+                loader.write(rows, [b for b in (part.raw, part.rollup) if b is not None])
+                raw_rows += len(rows)
+                if part.rollup is not None:
+                    rollup_samples += len(part.rollup.target) * int(ROLLUP_STEP_S / step_s)
+                if progress is not None:
+                    progress(done_s + part.done_s, total_s)
     return FillReport(
         len(specs), done_s / 3600.0, raw_rows, rollup_samples, event_count, time.monotonic() - started
     )
@@ -228,7 +232,7 @@ def _sampled(
     segments: Sequence[Segment],
     step_s: float,
     stop: threading.Event | None = None,
-) -> Iterator[_Part | _SegmentEnd]:
+) -> Generator[_Part | _SegmentEnd, None, None]:
     """Each segment's chunks in time order, then its events and latest rows."""
     loaded = load_scenario(scenario)
     specs = expand_servers(loaded, servers)
@@ -261,7 +265,7 @@ _AHEAD = 3  # chunks the child may sample ahead of the writer (memory: a few chu
 
 def _sampled_in_child(
     scenario: str | Path, servers: int | None, segments: Sequence[Segment], step_s: float
-) -> Iterator[_Part | _SegmentEnd]:
+) -> Generator[_Part | _SegmentEnd, None, None]:
     context = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited locks or threads
     queue: multiprocessing.Queue[_Part | _SegmentEnd | BaseException | None] = context.Queue(_AHEAD)
     child = context.Process(
@@ -270,7 +274,13 @@ def _sampled_in_child(
     child.start()
     try:
         while True:
-            item = queue.get()
+            try:
+                item = queue.get(timeout=1.0)
+            except Empty:
+                if child.is_alive():
+                    continue
+                # Gone without a word (killed, out of memory): never wait for it forever.
+                raise RuntimeError(f"the simulating process died (exit code {child.exitcode})") from None
             if item is None:
                 break
             if isinstance(item, BaseException):
@@ -278,7 +288,7 @@ def _sampled_in_child(
             yield item
         child.join()
     finally:
-        if child.is_alive():
+        if child.is_alive():  # the writer failed or was interrupted: the child has nothing left to do
             child.terminate()
             child.join()
 
@@ -296,6 +306,10 @@ def _sample_into(
             queue.put(part)
         queue.put(None)
     except BaseException as exc:
+        try:
+            pickle.dumps(exc)
+        except Exception:  # an exception that cannot cross: its text can
+            exc = RuntimeError(f"simulating history failed: {type(exc).__name__}: {exc}")
         queue.put(exc)
 
 
