@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import pickle
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -305,12 +304,8 @@ def _sample_into(
         for part in _sampled(scenario, servers, segments, step_s):
             queue.put(part)
         queue.put(None)
-    except BaseException as exc:
-        try:
-            pickle.dumps(exc)
-        except Exception:  # an exception that cannot cross: its text can
-            exc = RuntimeError(f"simulating history failed: {type(exc).__name__}: {exc}")
-        queue.put(exc)
+    except BaseException as exc:  # its text crosses (any exception object might not)
+        queue.put(RuntimeError(f"simulating history failed: {type(exc).__name__}: {exc}"))
 
 
 def _raw_rows(batch: Batch) -> list[Row]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import sim.fill as fill_module
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.store.history import SqliteStore
 from sim.fill import Segment, demo_history, fill_store, write_history
@@ -159,3 +160,9 @@ def test_sampling_in_a_child_process_writes_the_same_store(tmp_path: Path) -> No
     here, there = _tables(tmp_path / "here.sqlite"), _tables(tmp_path / "child.sqlite")
     assert here == there
     assert len(here["samples"]) == 2 * 360
+
+
+def test_a_failing_simulating_child_is_an_error_not_a_hang() -> None:
+    parts = fill_module._sampled_in_child("no-such-scenario", 1, [Segment(END, 60.0, 0, 0.0)], 5.0)
+    with pytest.raises(RuntimeError, match="simulating history failed"):
+        list(parts)
