@@ -57,7 +57,7 @@ def freshness(ctx: PageContext, newest_ts: float | None) -> None:
     )
 
 
-# Text, not emoji: a dot renders in every font; the colour comes from the table style.
+# Text, not emoji: a dot renders in every font; the colour comes from the label (`status_column`).
 STATUS_BADGES = {
     STATUS_UP: "● up",
     STATUS_DOWN: "● down",
@@ -74,10 +74,15 @@ STATUS_COLORS = {
 }
 
 
-def status_style(badge: object) -> str:
-    """CSS for a status cell, e.g. '● down' → bold red."""
-    status = str(badge).split(" ", 1)[-1]
-    return f"color: {STATUS_COLORS.get(status, '#333')}; font-weight: 600"
+def status_column(label: str) -> Any:
+    """The status badges as labels in their colours (a read-only multiselect column colours each option)."""
+    return st.column_config.MultiselectColumn(
+        label,
+        options=[STATUS_BADGES[s] for s in STATUS_BADGES],
+        color=[STATUS_COLORS[s] for s in STATUS_BADGES],
+        pinned=True,
+        width=90,
+    )
 
 
 def pool_column(label: str, help_text: str, color: str) -> Any:
