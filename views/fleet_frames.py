@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from collectors.store.columns import SampleColumns
+from collectors.store.columns import SampleColumns, runs, target_codes
 
 STATUS_UP = "up"
 STATUS_DOWN = "down"
@@ -244,9 +244,8 @@ def fleet_series_of(samples: SampleColumns, start_ts: float, bucket_s: float) ->
     columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
     if len(samples) == 0:
         return pd.DataFrame(columns=columns)
-    target = samples.target
     bucket = np.floor((samples.ts - start_ts) / bucket_s).astype("int64")
-    starts = np.flatnonzero(np.r_[True, (target[1:] != target[:-1]) | (bucket[1:] != bucket[:-1])])
+    starts = runs(samples.code, bucket)
     rows = np.add.reduceat(np.ones(len(bucket)), starts)
 
     def mean(values: np.ndarray) -> np.ndarray:  # per target and bucket, unknowns skipped (pandas' mean)
@@ -292,8 +291,10 @@ def fleet_series_of(samples: SampleColumns, start_ts: float, bucket_s: float) ->
 
 def columns_of_frame(frame: pd.DataFrame, signals: Sequence[str]) -> SampleColumns:
     """A sample frame (``read_samples``: sorted by target, then time) as columns of ``signals``."""
+    target = frame["target"].to_numpy(dtype=object)
     return SampleColumns(
-        frame["target"].to_numpy(dtype=object),
+        target,
+        target_codes(target),
         frame["ts"].to_numpy(dtype=np.float64),
         frame["up"].to_numpy(dtype=np.float64),
         np.ones(len(frame), np.float64),

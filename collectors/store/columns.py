@@ -38,11 +38,14 @@ IntArray = npt.NDArray[np.int64]
 class SampleColumns:
     """Samples of many targets as columns, sorted by target then time (as ``read_samples`` orders rows).
 
-    ``up`` is 1.0 / 0.0 (a regrouped bucket is up only if all its rows were); ``weight`` is how many scrapes a
-    row stands for; ``values`` holds the requested signals (NaN = unknown).
+    ``code`` numbers the targets in name order (rows of one target are one run of equal codes: integer
+    comparisons find the runs, not string ones). ``up`` is 1.0 / 0.0 (a regrouped bucket is up only if all its
+    rows were); ``weight`` is how many scrapes a row stands for; ``values`` holds the requested signals (NaN =
+    unknown).
     """
 
     target: ObjectArray
+    code: IntArray
     ts: FloatArray
     up: FloatArray
     weight: FloatArray
@@ -54,7 +57,9 @@ class SampleColumns:
 
 def empty_columns(signals: Sequence[str]) -> SampleColumns:
     nothing = np.empty(0, np.float64)
-    return SampleColumns(np.empty(0, object), nothing, nothing, nothing, {name: nothing for name in signals})
+    return SampleColumns(
+        np.empty(0, object), np.empty(0, np.int64), nothing, nothing, nothing, {n: nothing for n in signals}
+    )
 
 
 def check_signals(signals: Sequence[str]) -> None:
@@ -98,35 +103,36 @@ def read_tier(
             "AND t.bucket_ts >= ? AND t.bucket_ts <= ? ORDER BY t.target, t.bucket_ts"
         )
         params = [*targets, start_ts, end_ts]
-    return _columns(connection.execute(sql, params).fetchall(), signals, weighted=True)
-
-
-def _columns(rows: list[tuple[object, ...]], signals: Sequence[str], *, weighted: bool) -> SampleColumns:
-    """Rows (target, ts, up, weight or rowid, *signals) as columns, sorted by target then time."""
+    rows = connection.execute(sql, params).fetchall()
     if not rows:
         return empty_columns(signals)
     target = np.array([row[0] for row in rows], dtype=object)
     numeric = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), 3 + len(signals))
     columns = SampleColumns(
         target,
+        target_codes(target),
         numeric[:, 0].copy(),
         numeric[:, 1].copy(),
-        numeric[:, 2].copy() if weighted else np.ones(len(rows), np.float64),
+        numeric[:, 2].copy(),
         {name: numeric[:, 3 + i].copy() for i, name in enumerate(signals)},
     )
-    return _sorted(columns)
+    # The skip-scan yields target, then bucket order; a planner that chose otherwise costs a sort, not a bug.
+    if not _is_sorted(columns.code, columns.ts):
+        columns = take(columns, np.lexsort((columns.ts, columns.code)))
+    return columns
 
 
-def _sorted(columns: SampleColumns) -> SampleColumns:
-    """By target then time (stable: equal times keep their order). Usually already so: then no copy."""
-    target, ts = columns.target, columns.ts
-    if len(ts) < 2:
-        return columns
-    same = target[1:] == target[:-1]
-    if bool(np.all((target[1:] >= target[:-1]) & (~same | (ts[1:] >= ts[:-1])))):
-        return columns
-    order = np.lexsort((ts, target_codes(target)))
-    return take(columns, order)
+def _is_sorted(code: IntArray, ts: FloatArray, rowid: IntArray | None = None) -> bool:
+    """Whether rows are ordered by code, then ts (then rowid)."""
+    if len(code) < 2:
+        return True
+    step = np.diff(code)
+    same = step == 0
+    later = np.diff(ts)
+    ok = (step > 0) | (same & (later > 0))
+    ties = same & (later == 0)
+    ok |= ties if rowid is None else ties & (np.diff(rowid) > 0)
+    return bool(ok.all())
 
 
 def target_codes(target: ObjectArray) -> IntArray:
@@ -140,6 +146,7 @@ def target_codes(target: ObjectArray) -> IntArray:
 def take(columns: SampleColumns, index: npt.NDArray[np.intp] | npt.NDArray[np.bool_]) -> SampleColumns:
     return SampleColumns(
         columns.target[index],
+        columns.code[index],
         columns.ts[index],
         columns.up[index],
         columns.weight[index],
@@ -147,14 +154,22 @@ def take(columns: SampleColumns, index: npt.NDArray[np.intp] | npt.NDArray[np.bo
     )
 
 
+def runs(code: IntArray, bucket: npt.NDArray[np.float64] | IntArray | None = None) -> npt.NDArray[np.intp]:
+    """Where each run of one target (and one bucket) starts, in rows sorted by target then time."""
+    if len(code) == 0:
+        return np.empty(0, np.intp)
+    change = code[1:] != code[:-1]
+    if bucket is not None:
+        change |= bucket[1:] != bucket[:-1]
+    return np.flatnonzero(np.r_[True, change])
+
+
 def regroup(columns: SampleColumns, start_ts: float, bucket_s: float) -> SampleColumns:
     """Each target's rows merged into ``bucket_s`` buckets from ``start_ts``: what ``reads._regroup`` does
     to a frame (means weighted by scrapes, unknowns skipped, up only if every row was)."""
     if len(columns) == 0:
         return columns
-    target = columns.target
-    bucket = np.floor((columns.ts - start_ts) / bucket_s)
-    starts = np.flatnonzero(np.r_[True, (target[1:] != target[:-1]) | (bucket[1:] != bucket[:-1])])
+    starts = runs(columns.code, np.floor((columns.ts - start_ts) / bucket_s))
     weight = columns.weight
     total = np.add.reduceat(weight, starts)
     values: dict[str, FloatArray] = {}
@@ -165,7 +180,8 @@ def regroup(columns: SampleColumns, start_ts: float, bucket_s: float) -> SampleC
         with np.errstate(invalid="ignore", divide="ignore"):
             values[name] = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
     return SampleColumns(
-        target[starts],
+        columns.target[starts],
+        columns.code[starts],
         np.add.reduceat(columns.ts * weight, starts) / total,
         np.minimum.reduceat(columns.up, starts),
         total,
@@ -176,9 +192,7 @@ def regroup(columns: SampleColumns, start_ts: float, bucket_s: float) -> SampleC
 def most_rows_per_target(columns: SampleColumns) -> int:
     if len(columns) == 0:
         return 0
-    target = columns.target
-    starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
-    return int(np.diff(np.r_[starts, len(target)]).max())
+    return int(np.diff(np.r_[runs(columns.code), len(columns)]).max())
 
 
 def read_raw(
@@ -204,7 +218,8 @@ def _raw_select(signals: Sequence[str]) -> str:
 
 
 def _raw_columns(rows: list[tuple[object, ...]], signals: Sequence[str]) -> tuple[SampleColumns, IntArray]:
-    """Rows (target, ts, up, rowid, *signals) as columns ordered by target, time, rowid, and their rowids."""
+    """Rows (target, ts, up, rowid, *signals) as columns ordered by target, time, rowid (the order of the
+    (target, ts) index a full read walks), and their rowids."""
     if not rows:
         return empty_columns(signals), np.empty(0, np.int64)
     rowid = np.fromiter((int(str(row[3])) for row in rows), np.int64, len(rows))
@@ -214,12 +229,14 @@ def _raw_columns(rows: list[tuple[object, ...]], signals: Sequence[str]) -> tupl
     )
     columns = SampleColumns(
         target,
+        target_codes(target),
         numeric[:, 0].copy(),
         numeric[:, 1].copy(),
         np.ones(len(rows), np.float64),
         {name: numeric[:, 2 + i].copy() for i, name in enumerate(signals)},
     )
-    return _ordered(columns, rowid)
+    order = np.lexsort((rowid, columns.ts, columns.code))
+    return take(columns, order), rowid[order]
 
 
 class RawTail:
@@ -227,8 +244,8 @@ class RawTail:
 
     ``read(connection, start_ts, end_ts)`` equals a full read of [start_ts, end_ts] (same rows, same order)
     as long as raw rows are only ever inserted (never updated) — true of the store: appends and backfills
-    insert, prune deletes the oldest. A window that moves back, other signals, or a store whose newest held
-    row is gone or changed (file replaced, VACUUM renumbered rows) reloads the window in full.
+    insert, prune deletes the oldest. A window that moves back, or a store whose newest held row is gone or
+    changed (file replaced, VACUUM renumbered rows) reloads the window in full.
     """
 
     def __init__(self, signals: Sequence[str]) -> None:
@@ -242,11 +259,6 @@ class RawTail:
         self.full_reads = 0  # how often the whole window was read (tests and the bench look)
         self.tail_rows = 0  # rows read as tails
 
-    def clear(self) -> None:
-        with self._lock:
-            self._held, self._last, self._start_ts = None, None, float("inf")
-            self._rowid = np.empty(0, np.int64)
-
     def read(self, connection: sqlite3.Connection, start_ts: float, end_ts: float) -> SampleColumns:
         with self._lock:
             if self._held is None or start_ts < self._start_ts or not self._still_valid(connection):
@@ -255,12 +267,14 @@ class RawTail:
                 self._top_up(connection, start_ts)
             held = self._held
             assert held is not None
-            inside = (held.ts >= start_ts) & (held.ts <= end_ts)
-            return take(held, inside)
+            # Everything held is at or after start_ts; usually nothing is past end_ts either (no copy then).
+            if len(held) == 0 or held.ts.max() <= end_ts:
+                return held
+            return take(held, held.ts <= end_ts)
 
     def _still_valid(self, connection: sqlite3.Connection) -> bool:
         if self._last is None:
-            return True  # nothing held yet beyond an empty window: a tail read of everything is a full one
+            return True  # nothing held: a tail read of everything is a full read
         rowid, ts, target = self._last
         found = connection.execute("SELECT ts, target FROM samples WHERE rowid = ?", (rowid,)).fetchone()
         return found is not None and float(found[0]) == ts and str(found[1]) == target
@@ -269,8 +283,9 @@ class RawTail:
         # Everything from the window's start on (rows stamped after its end too: the next window wants them).
         rows = connection.execute(f"{_raw_select(self.signals)} WHERE ts >= ?", (start_ts,)).fetchall()
         self.full_reads += 1
-        self._held, self._rowid = self._of(rows)
+        self._held, self._rowid = _raw_columns(rows, self.signals)
         self._start_ts = start_ts
+        self._last = None
         self._remember_last(rows)
 
     def _top_up(self, connection: sqlite3.Connection, start_ts: float) -> None:
@@ -285,14 +300,11 @@ class RawTail:
                 held, rowid = take(held, keep), rowid[keep]
             self._start_ts = start_ts
         if rows:
-            new, new_rowid = self._of(rows)
+            new, new_rowid = _raw_columns(rows, self.signals)
             fresh = new.ts >= start_ts  # a late row older than the window is of no later window either
             held, rowid = _merge(held, rowid, take(new, fresh), new_rowid[fresh])
             self._remember_last(rows)
         self._held, self._rowid = held, rowid
-
-    def _of(self, rows: list[tuple[object, ...]]) -> tuple[SampleColumns, IntArray]:
-        return _raw_columns(rows, self.signals)
 
     def _remember_last(self, rows: list[tuple[object, ...]]) -> None:
         if not rows:
@@ -301,22 +313,30 @@ class RawTail:
         self._last = (int(str(newest[3])), float(str(newest[1])), str(newest[0]))
 
 
-def _ordered(columns: SampleColumns, rowid: IntArray) -> tuple[SampleColumns, IntArray]:
-    """By target, time, then rowid: the order of the (target, ts) index a full read walks."""
-    order = np.lexsort((rowid, columns.ts, target_codes(columns.target)))
-    return take(columns, order), rowid[order]
-
-
 def _merge(
     held: SampleColumns, rowid: IntArray, new: SampleColumns, new_rowid: IntArray
 ) -> tuple[SampleColumns, IntArray]:
+    """Both sets of rows in (target, ts, rowid) order. The usual case — every new row later than its
+    target's held rows, all targets known — is a stable sort of two sorted runs by code (linear)."""
     if len(new) == 0:
         return held, rowid
+    first = runs(held.code)
+    index = {str(name): int(code) for name, code in zip(held.target[first], held.code[first], strict=True)}
+    if all(str(name) in index for name in new.target):
+        new_code = np.fromiter((index[str(t)] for t in new.target), np.int64, len(new))
+        code = np.concatenate([held.code, new_code])
+    else:  # a new target: renumber everything in name order
+        code = target_codes(np.concatenate([held.target, new.target]))
     merged = SampleColumns(
         np.concatenate([held.target, new.target]),
+        code,
         np.concatenate([held.ts, new.ts]),
         np.concatenate([held.up, new.up]),
         np.concatenate([held.weight, new.weight]),
         {name: np.concatenate([values, new.values[name]]) for name, values in held.values.items()},
     )
-    return _ordered(merged, np.concatenate([rowid, new_rowid]))
+    both = np.concatenate([rowid, new_rowid])
+    order = np.argsort(merged.code, kind="stable")
+    if not _is_sorted(merged.code[order], merged.ts[order], both[order]):
+        order = np.lexsort((both, merged.ts, merged.code))
+    return take(merged, order), both[order]
