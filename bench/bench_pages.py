@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import yaml
@@ -84,12 +85,14 @@ def _baseline_script() -> None:
     from bench import bench_pages
 
     started = time.perf_counter()
+    cpu = time.process_time()
     line = pd.DataFrame({"x": np.arange(1000.0), "y": np.sin(np.arange(1000.0) / 50)})
     table = pd.DataFrame({"server": [f"s{i}" for i in range(200)], "value": np.arange(200.0)})
     st.title("baseline")
     st.altair_chart(alt.Chart(line).mark_line().encode(x="x:Q", y="y:Q"), width="stretch")
     st.dataframe(table, width="stretch")
     bench_pages.SCRIPT_TIMES.append(time.perf_counter() - started)
+    bench_pages.SCRIPT_CPU.append(time.process_time() - cpu)
 
 
 def _app_script(argv: list[str]) -> None:
@@ -253,10 +256,15 @@ def _in_child(*args: object) -> dict[str, object]:
     child = context.Process(target=_size_cases, args=(*args, queue))
     child.start()
     try:
-        found: dict[str, object] = queue.get(timeout=3 * 3600)
+        while True:  # a child that died (an exception in a page) must not leave this waiting
+            try:
+                found: dict[str, object] = queue.get(timeout=5.0)
+                return found
+            except Empty:
+                if not child.is_alive():
+                    raise RuntimeError(f"the page cases' process ended with {child.exitcode}") from None
     finally:
         child.join()
-    return found
 
 
 def _listed(name: str, default: Sequence[str]) -> list[str]:
