@@ -103,11 +103,9 @@ def read_tier(
             "AND t.bucket_ts >= ? AND t.bucket_ts <= ? ORDER BY t.target, t.bucket_ts"
         )
         params = [*targets, start_ts, end_ts]
-    rows = connection.execute(sql, params).fetchall()
-    if not rows:
+    target, numeric = _fetch(connection.execute(sql, params), 3 + len(signals))
+    if len(target) == 0:
         return empty_columns(signals)
-    target = np.array([row[0] for row in rows], dtype=object)
-    numeric = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), 3 + len(signals))
     columns = SampleColumns(
         target,
         target_codes(target),
@@ -120,6 +118,27 @@ def read_tier(
     if not _is_sorted(columns.code, columns.ts):
         columns = take(columns, np.lexsort((columns.ts, columns.code)))
     return columns
+
+
+_CHUNK_ROWS = 16_384
+
+
+def _fetch(cursor: sqlite3.Cursor, numeric_columns: int) -> tuple[ObjectArray, FloatArray]:
+    """A result of (target, *numbers) rows as a target column and a float matrix, a chunk at a time.
+
+    ``fetchall`` of 180 k rows holds ~70 MB of tuples and floats at once (and the allocator keeps the peak);
+    chunks keep it to one chunk's worth. Each target name is one string object, not one per row.
+    """
+    names: dict[str, str] = {}
+    targets: list[str] = []
+    parts: list[FloatArray] = []
+    while rows := cursor.fetchmany(_CHUNK_ROWS):
+        targets.extend([names.setdefault(row[0], row[0]) for row in rows])
+        parts.append(
+            np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), numeric_columns)
+        )
+    numeric = np.concatenate(parts) if parts else np.empty((0, numeric_columns), np.float64)
+    return np.array(targets, dtype=object), numeric
 
 
 def _is_sorted(code: IntArray, ts: FloatArray, rowid: IntArray | None = None) -> bool:
@@ -209,31 +228,27 @@ def read_raw(
     if targets is not None:
         where += f" AND target IN ({', '.join('?' for _ in targets)})"
         params.extend(targets)
-    rows = connection.execute(f"{_raw_select(signals)} WHERE {where}", params).fetchall()
-    return _raw_columns(rows, signals)[0]
+    return _raw_columns(connection.execute(f"{_raw_select(signals)} WHERE {where}", params), signals)[0]
 
 
 def _raw_select(signals: Sequence[str]) -> str:
     return f"SELECT target, ts, up, rowid{''.join(', ' + name for name in signals)} FROM samples"
 
 
-def _raw_columns(rows: list[tuple[object, ...]], signals: Sequence[str]) -> tuple[SampleColumns, IntArray]:
+def _raw_columns(cursor: sqlite3.Cursor, signals: Sequence[str]) -> tuple[SampleColumns, IntArray]:
     """Rows (target, ts, up, rowid, *signals) as columns ordered by target, time, rowid (the order of the
     (target, ts) index a full read walks), and their rowids."""
-    if not rows:
+    target, numeric = _fetch(cursor, 3 + len(signals))
+    if len(target) == 0:
         return empty_columns(signals), np.empty(0, np.int64)
-    rowid = np.fromiter((int(str(row[3])) for row in rows), np.int64, len(rows))
-    target = np.array([row[0] for row in rows], dtype=object)
-    numeric = np.array([(row[1], row[2], *row[4:]) for row in rows], dtype=np.float64).reshape(
-        len(rows), 2 + len(signals)
-    )
+    rowid = numeric[:, 2].astype(np.int64)  # exact: rowids stay far below 2**53
     columns = SampleColumns(
         target,
         target_codes(target),
         numeric[:, 0].copy(),
         numeric[:, 1].copy(),
-        np.ones(len(rows), np.float64),
-        {name: numeric[:, 2 + i].copy() for i, name in enumerate(signals)},
+        np.ones(len(target), np.float64),
+        {name: numeric[:, 3 + i].copy() for i, name in enumerate(signals)},
     )
     order = np.lexsort((rowid, columns.ts, columns.code))
     return take(columns, order), rowid[order]
@@ -281,17 +296,19 @@ class RawTail:
 
     def _load(self, connection: sqlite3.Connection, start_ts: float) -> None:
         # Everything from the window's start on (rows stamped after its end too: the next window wants them).
-        rows = connection.execute(f"{_raw_select(self.signals)} WHERE ts >= ?", (start_ts,)).fetchall()
+        cursor = connection.execute(f"{_raw_select(self.signals)} WHERE ts >= ?", (start_ts,))
         self.full_reads += 1
-        self._held, self._rowid = _raw_columns(rows, self.signals)
+        self._held, self._rowid = _raw_columns(cursor, self.signals)
         self._start_ts = start_ts
         self._last = None
-        self._remember_last(rows)
+        self._remember_last(self._held, self._rowid)
 
     def _top_up(self, connection: sqlite3.Connection, start_ts: float) -> None:
         newest = -1 if self._last is None else self._last[0]
-        rows = connection.execute(f"{_raw_select(self.signals)} WHERE rowid > ?", (newest,)).fetchall()
-        self.tail_rows += len(rows)
+        new, new_rowid = _raw_columns(
+            connection.execute(f"{_raw_select(self.signals)} WHERE rowid > ?", (newest,)), self.signals
+        )
+        self.tail_rows += len(new)
         held, rowid = self._held, self._rowid
         assert held is not None
         if start_ts > self._start_ts:  # rows that slid out of the window
@@ -299,18 +316,17 @@ class RawTail:
             if not bool(keep.all()):
                 held, rowid = take(held, keep), rowid[keep]
             self._start_ts = start_ts
-        if rows:
-            new, new_rowid = _raw_columns(rows, self.signals)
+        if len(new):
+            self._remember_last(new, new_rowid)
             fresh = new.ts >= start_ts  # a late row older than the window is of no later window either
             held, rowid = _merge(held, rowid, take(new, fresh), new_rowid[fresh])
-            self._remember_last(rows)
         self._held, self._rowid = held, rowid
 
-    def _remember_last(self, rows: list[tuple[object, ...]]) -> None:
-        if not rows:
+    def _remember_last(self, rows: SampleColumns, rowid: IntArray) -> None:
+        if len(rows) == 0:
             return
-        newest = max(rows, key=lambda row: int(str(row[3])))
-        self._last = (int(str(newest[3])), float(str(newest[1])), str(newest[0]))
+        newest = int(np.argmax(rowid))
+        self._last = (int(rowid[newest]), float(rows.ts[newest]), str(rows.target[newest]))
 
 
 def _merge(
