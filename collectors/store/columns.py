@@ -109,10 +109,10 @@ def read_tier(
     columns = SampleColumns(
         target,
         target_codes(target),
-        numeric[:, 0].copy(),
-        numeric[:, 1].copy(),
-        numeric[:, 2].copy(),
-        {name: numeric[:, 3 + i].copy() for i, name in enumerate(signals)},
+        numeric[:, 0],
+        numeric[:, 1],
+        numeric[:, 2],
+        {name: numeric[:, 3 + i] for i, name in enumerate(signals)},
     )
     # The skip-scan yields target, then bucket order; a planner that chose otherwise costs a sort, not a bug.
     if not _is_sorted(columns.code, columns.ts):
@@ -120,7 +120,7 @@ def read_tier(
     return columns
 
 
-_CHUNK_ROWS = 16_384
+_CHUNK_ROWS = 4_096
 
 
 def _fetch(cursor: sqlite3.Cursor, numeric_columns: int) -> tuple[ObjectArray, FloatArray]:
@@ -242,13 +242,14 @@ def _raw_columns(cursor: sqlite3.Cursor, signals: Sequence[str]) -> tuple[Sample
     if len(target) == 0:
         return empty_columns(signals), np.empty(0, np.int64)
     rowid = numeric[:, 2].astype(np.int64)  # exact: rowids stay far below 2**53
+    # Views into the one matrix (no copy per column): the sort below makes each contiguous.
     columns = SampleColumns(
         target,
         target_codes(target),
-        numeric[:, 0].copy(),
-        numeric[:, 1].copy(),
+        numeric[:, 0],
+        numeric[:, 1],
         np.ones(len(target), np.float64),
-        {name: numeric[:, 3 + i].copy() for i, name in enumerate(signals)},
+        {name: numeric[:, 3 + i] for i, name in enumerate(signals)},
     )
     order = np.lexsort((rowid, columns.ts, columns.code))
     return take(columns, order), rowid[order]
