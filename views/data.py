@@ -120,20 +120,44 @@ _LATEST_COLUMNS = [
 
 def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
     """One row per snapshot: target, ts, up, error, recipe_id, deployment, scrape_duration_s, the signals."""
-    rows = [
-        {
-            "target": s.target,
-            "ts": s.ts,
-            "up": s.up,
-            "error": s.error,
-            "recipe_id": s.recipe_id,
-            "deployment": s.deployment,
-            "scrape_duration_s": s.scrape_duration_s,
-            **s.signals.as_dict(),
-            "unknown": s.unknown,
-        }
-        for s in snapshots
-    ]
+    return _latest_frame(
+        [
+            (
+                s.target,
+                s.ts,
+                s.up,
+                s.error,
+                s.recipe_id,
+                s.deployment,
+                s.scrape_duration_s,
+                *(getattr(s.signals, name) for name in SIGNAL_NAMES),
+                s.unknown,
+            )
+            for s in snapshots
+        ]
+    )
+
+
+def latest_rows_frame(rows: Sequence[Sequence[object]]) -> pd.DataFrame:
+    """``snapshots_frame`` of ``SqliteStore.latest_rows`` (store column order), without snapshot objects."""
+    return _latest_frame(
+        [
+            (
+                str(row[1]),
+                row[0],
+                bool(row[2]),
+                None if row[3] is None else str(row[3]),
+                None if row[4] is None else str(row[4]),
+                str(row[5] or ""),
+                *row[6:],
+                False,  # the SQLite store always knows: unknown is a Prometheus source's state
+            )
+            for row in rows
+        ]
+    )
+
+
+def _latest_frame(rows: list[tuple[object, ...]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=_LATEST_COLUMNS)
     for name in ("ts", "scrape_duration_s", *SIGNAL_NAMES):
         frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
@@ -142,10 +166,16 @@ def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
     return frame
 
 
+def _latest_of(store: HistoryStore, since_ts: float) -> pd.DataFrame:
+    if isinstance(store, SqliteStore):
+        return latest_rows_frame(store.latest_rows(since_ts))
+    return snapshots_frame(store.latest(since_ts))
+
+
 @st.cache_data(ttl=120, max_entries=64, show_spinner=False)
 def latest(path: str, since_ts: float) -> pd.DataFrame:
     """The newest snapshot of each target seen since ``since_ts`` (one row per target, sorted by target)."""
-    return snapshots_frame(reader(path).call(lambda store: store.latest(since_ts)))
+    return reader(path).call(lambda store: _latest_of(store, since_ts))
 
 
 # The collector writes a row for every target every cycle (down ones too), so the newest rows of the last few
@@ -172,7 +202,7 @@ def newest_snapshots(path: str, now_ts: float, range_s: float, interval_s: float
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
 def _latest_background(path: str, horizon_s: float) -> pd.DataFrame:
     since = time.time() - horizon_s
-    return snapshots_frame(reader(path).call(lambda store: store.latest(since)))
+    return reader(path).call(lambda store: _latest_of(store, since))
 
 
 @st.cache_data(ttl=300, max_entries=256, show_spinner=False)

@@ -314,6 +314,15 @@ class SqliteStore:
         )
         return [_snapshot_from_row(row) for row in rows]
 
+    def latest_rows(self, since_ts: float | None = None) -> list[tuple[object, ...]]:
+        """``latest`` as plain rows (SAMPLE_COLUMNS order, NULL as None), without building snapshots: the
+        dashboard turns 1,000 of them into one frame every interval."""
+        where = "WHERE ts >= ?" if since_ts is not None else ""
+        params: tuple[object, ...] = (since_ts,) if since_ts is not None else ()
+        return self._query(
+            f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM latest_samples {where} ORDER BY target", params
+        )
+
     def read_samples(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, max_points: int = 2000
     ) -> pd.DataFrame:

@@ -169,3 +169,15 @@ def test_an_empty_window_then_rows(tmp_path: Path) -> None:
     _cycles(s, 0, 3, ["a"])
     _tail_equals_full(s, tail, T0, T0 + 900.0, 150)
     assert not math.isnan(float(np.nanmax(s.read_columns(T0, T0 + 900, SIGNALS, 150, tail=tail).ts)))
+
+
+def test_latest_rows_make_the_same_frame_as_latest_snapshots(store: SqliteStore) -> None:
+    from views.data import latest_rows_frame, snapshots_frame
+
+    k = 12 * 30
+    store.append([_snap("a", T0 + 5.0 * k, None, up=False), _snap("d", T0 + 5.0 * k, 2.0)])
+    store.append([TargetSnapshot("e", T0 + 5.0 * k, True, None, Signals(), None, "", None)])  # all unknown
+    for since in (None, T0 + 5.0 * (k - 1), T0 + 5.0 * (k + 1)):
+        expected = snapshots_frame(store.latest(since))
+        pd.testing.assert_frame_equal(latest_rows_frame(store.latest_rows(since)), expected)
+    assert len(snapshots_frame(store.latest(None))) == 5
