@@ -200,7 +200,21 @@ def _catch_up(store_path: Path) -> dict[str, float]:
     return {"catch_up_rows": rows, "catch_up_s": round(time.perf_counter() - started, 1)}
 
 
-def _case(config: Path, store_path: Path, page: str, range_key: str, runs: int) -> dict[str, object]:
+def _collector(store_path: Path, requests: Any, done: Any) -> None:
+    """The collector's part of a live dashboard, in a process of its own (its memory is not the pages'):
+    one cycle per timestamp received, until None."""
+    store = SqliteStore(store_path)
+    try:
+        while (ts := requests.get()) is not None:
+            scrape_cycles(store, [ts])
+            done.put(ts)
+    finally:
+        store.close()
+
+
+def _case(
+    config: Path, page: str, range_key: str, runs: int, scrape: Callable[[], None]
+) -> dict[str, object]:
     def make() -> AppTest:
         argv = ["--config", str(config), "--page", page, "--no-collector"]
         at = AppTest.from_function(_app_script, kwargs={"argv": argv}, default_timeout=120)
@@ -209,19 +223,14 @@ def _case(config: Path, store_path: Path, page: str, range_key: str, runs: int) 
             at.query_params["server"] = "demo-000"
         return at
 
-    writer = SqliteStore(store_path)
-
     def scrape_lands() -> None:
-        scrape_cycles(writer, [time.time()])
+        scrape()
         data.clear_interval_caches()
 
-    try:
-        warm, warm_cpu, at = _time_runs(make, runs=runs)
-        interval, _, _ = _time_runs(make, data.clear_interval_caches, runs=runs)
-        live, live_cpu, _ = _time_runs(make, scrape_lands, runs=runs)
-        cold, cold_cpu, _ = _time_runs(make, data.clear_all_caches, runs=runs)
-    finally:
-        writer.close()
+    warm, warm_cpu, at = _time_runs(make, runs=runs)
+    interval, _, _ = _time_runs(make, data.clear_interval_caches, runs=runs)
+    live, live_cpu, _ = _time_runs(make, scrape_lands, runs=runs)
+    cold, cold_cpu, _ = _time_runs(make, data.clear_all_caches, runs=runs)
     return {
         "warm_s": round(warm, 3),
         "warm_cpu_s": round(warm_cpu, 3),
@@ -239,13 +248,26 @@ def _size_cases(
     config: Path, store_path: Path, pages: Sequence[str], ranges: Sequence[str], runs: int, out: Any
 ) -> None:
     """One dashboard process's work at one size (run in a child: its peak RSS is the dashboard's)."""
+    context = multiprocessing.get_context("spawn")
+    requests, done = context.Queue(), context.Queue()
+    collector = context.Process(target=_collector, args=(store_path, requests, done))
+    collector.start()
+
+    def scrape() -> None:
+        requests.put(time.time())
+        done.get(timeout=60)
+
     baseline_s, _, _ = _time_runs(lambda: AppTest.from_function(_baseline_script), runs=runs)
     cases: dict[str, object] = {"baseline_rerun_s": round(baseline_s, 4)}
-    for page in pages:
-        for range_key in ranges:
-            case = _case(config, store_path, page, range_key, runs)
-            case["warm_vs_baseline"] = round(float(str(case["warm_s"])) / baseline_s, 1)
-            cases[f"{page}_{range_key}"] = case
+    try:
+        for page in pages:
+            for range_key in ranges:
+                case = _case(config, page, range_key, runs, scrape)
+                case["warm_vs_baseline"] = round(float(str(case["warm_s"])) / baseline_s, 1)
+                cases[f"{page}_{range_key}"] = case
+    finally:
+        requests.put(None)
+        collector.join()
     cases["dashboard_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out.put(cases)
 
