@@ -109,10 +109,10 @@ def read_tier(
     columns = SampleColumns(
         target,
         target_codes(target),
-        numeric[:, 0],
-        numeric[:, 1],
-        numeric[:, 2],
-        {name: numeric[:, 3 + i] for i, name in enumerate(signals)},
+        numeric[0],
+        numeric[1],
+        numeric[2],
+        {name: numeric[3 + i] for i, name in enumerate(signals)},
     )
     # The skip-scan yields target, then bucket order; a planner that chose otherwise costs a sort, not a bug.
     if not _is_sorted(columns.code, columns.ts):
@@ -123,22 +123,27 @@ def read_tier(
 _CHUNK_ROWS = 4_096
 
 
-def _fetch(cursor: sqlite3.Cursor, numeric_columns: int) -> tuple[ObjectArray, FloatArray]:
-    """A result of (target, *numbers) rows as a target column and a float matrix, a chunk at a time.
+def _fetch(cursor: sqlite3.Cursor, numeric_columns: int) -> tuple[ObjectArray, list[FloatArray]]:
+    """A result of (target, *numbers) rows as a target column and one float array per number, a chunk at a
+    time.
 
     ``fetchall`` of 180 k rows holds ~70 MB of tuples and floats at once (and the allocator keeps the peak);
-    chunks keep it to one chunk's worth. Each target name is one string object, not one per row.
+    chunks keep that to one chunk's worth, and building column by column never holds the rows twice. Each
+    target name is one string object, not one per row.
     """
     names: dict[str, str] = {}
     targets: list[str] = []
-    parts: list[FloatArray] = []
+    parts: list[list[FloatArray]] = [[] for _ in range(numeric_columns)]
     while rows := cursor.fetchmany(_CHUNK_ROWS):
         targets.extend([names.setdefault(row[0], row[0]) for row in rows])
-        parts.append(
-            np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), numeric_columns)
-        )
-    numeric = np.concatenate(parts) if parts else np.empty((0, numeric_columns), np.float64)
-    return np.array(targets, dtype=object), numeric
+        block = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), numeric_columns)
+        for index, column in enumerate(parts):
+            column.append(block[:, index].copy())
+    numbers: list[FloatArray] = []
+    for index in range(numeric_columns):
+        numbers.append(np.concatenate(parts[index]) if parts[index] else np.empty(0, np.float64))
+        parts[index] = []  # this column's chunks go before the next column is joined
+    return np.array(targets, dtype=object), numbers
 
 
 def _is_sorted(code: IntArray, ts: FloatArray, rowid: IntArray | None = None) -> bool:
@@ -238,21 +243,23 @@ def _raw_select(signals: Sequence[str]) -> str:
 def _raw_columns(cursor: sqlite3.Cursor, signals: Sequence[str]) -> tuple[SampleColumns, IntArray]:
     """Rows (target, ts, up, rowid, *signals) as columns ordered by target, time, rowid (the order of the
     (target, ts) index a full read walks), and their rowids."""
-    target, numeric = _fetch(cursor, 3 + len(signals))
+    target, numbers = _fetch(cursor, 3 + len(signals))
     if len(target) == 0:
         return empty_columns(signals), np.empty(0, np.int64)
-    rowid = numeric[:, 2].astype(np.int64)  # exact: rowids stay far below 2**53
-    # Views into the one matrix (no copy per column): the sort below makes each contiguous.
+    rowid = numbers[2].astype(np.int64)  # exact: rowids stay far below 2**53
+    code = target_codes(target)
+    order = np.lexsort((rowid, numbers[0], code))
+    for index in (0, 1, *range(3, len(numbers))):  # one column at a time: the unsorted one goes at once
+        numbers[index] = numbers[index][order]
     columns = SampleColumns(
-        target,
-        target_codes(target),
-        numeric[:, 0],
-        numeric[:, 1],
+        target[order],
+        code[order],
+        numbers[0],
+        numbers[1],
         np.ones(len(target), np.float64),
-        {name: numeric[:, 3 + i] for i, name in enumerate(signals)},
+        {name: numbers[3 + i] for i, name in enumerate(signals)},
     )
-    order = np.lexsort((rowid, columns.ts, columns.code))
-    return take(columns, order), rowid[order]
+    return columns, rowid[order]
 
 
 class RawTail:
