@@ -57,7 +57,7 @@ def freshness(ctx: PageContext, newest_ts: float | None) -> None:
     )
 
 
-# Text, not emoji: a dot renders in every font; the colour comes from the table style.
+# Text, not emoji: a dot renders in every font; the colour comes from the label (`status_column`).
 STATUS_BADGES = {
     STATUS_UP: "● up",
     STATUS_DOWN: "● down",
@@ -74,10 +74,15 @@ STATUS_COLORS = {
 }
 
 
-def status_style(badge: object) -> str:
-    """CSS for a status cell, e.g. '● down' → bold red."""
-    status = str(badge).split(" ", 1)[-1]
-    return f"color: {STATUS_COLORS.get(status, '#333')}; font-weight: 600"
+def status_column(label: str) -> Any:
+    """The status badges as labels in their colours (a read-only multiselect column colours each option)."""
+    return st.column_config.MultiselectColumn(
+        label,
+        options=[STATUS_BADGES[s] for s in STATUS_BADGES],
+        color=[STATUS_COLORS[s] for s in STATUS_BADGES],
+        pinned=True,
+        width=90,
+    )
 
 
 def pool_column(label: str, help_text: str, color: str) -> Any:
@@ -87,14 +92,20 @@ def pool_column(label: str, help_text: str, color: str) -> Any:
     )
 
 
-def load_fleet_table(ctx: PageContext, now_ts: float) -> tuple[pd.DataFrame, data.AlertBoard | None]:
-    """The Fleet table as of now (shared with the Capacity page) and the alert board it was joined with."""
+def load_fleet_table(
+    ctx: PageContext, now_ts: float, only: str | None = None
+) -> tuple[pd.DataFrame, data.AlertBoard | None]:
+    """The Fleet table as of now (shared with the Capacity and Server pages) and the alert board it was joined
+    with; ``only``: just that server's row (the Server page: one row, not 1,000 built every interval)."""
     window = ctx.window()
     latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
     board = data.alert_board(
         ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
     )
     configured = {t.name: t.deployment for t in ctx.config.targets}
+    if only is not None:
+        latest = latest[latest["target"] == only]
+        configured = {name: deployment for name, deployment in configured.items() if name == only}
     table = fleet_frames.fleet_table(
         latest,
         now_ts=now_ts,

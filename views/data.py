@@ -25,8 +25,10 @@ from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
 from collectors.prometheus.history import open_history
+from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.history import HistoryStore, SqliteStore
 from config import Config
+from views import fleet_frames
 from views.page_context import TimeWindow, quantised_window
 
 T = TypeVar("T")
@@ -118,20 +120,44 @@ _LATEST_COLUMNS = [
 
 def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
     """One row per snapshot: target, ts, up, error, recipe_id, deployment, scrape_duration_s, the signals."""
-    rows = [
-        {
-            "target": s.target,
-            "ts": s.ts,
-            "up": s.up,
-            "error": s.error,
-            "recipe_id": s.recipe_id,
-            "deployment": s.deployment,
-            "scrape_duration_s": s.scrape_duration_s,
-            **s.signals.as_dict(),
-            "unknown": s.unknown,
-        }
-        for s in snapshots
-    ]
+    return _latest_frame(
+        [
+            (
+                s.target,
+                s.ts,
+                s.up,
+                s.error,
+                s.recipe_id,
+                s.deployment,
+                s.scrape_duration_s,
+                *(getattr(s.signals, name) for name in SIGNAL_NAMES),
+                s.unknown,
+            )
+            for s in snapshots
+        ]
+    )
+
+
+def latest_rows_frame(rows: Sequence[Sequence[object]]) -> pd.DataFrame:
+    """``snapshots_frame`` of ``SqliteStore.latest_rows`` (store column order), without snapshot objects."""
+    return _latest_frame(
+        [
+            (
+                str(row[1]),
+                row[0],
+                bool(row[2]),
+                None if row[3] is None else str(row[3]),
+                None if row[4] is None else str(row[4]),
+                str(row[5] or ""),
+                *row[6:],
+                False,  # the SQLite store always knows: unknown is a Prometheus source's state
+            )
+            for row in rows
+        ]
+    )
+
+
+def _latest_frame(rows: list[tuple[object, ...]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=_LATEST_COLUMNS)
     for name in ("ts", "scrape_duration_s", *SIGNAL_NAMES):
         frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
@@ -140,10 +166,16 @@ def snapshots_frame(snapshots: Sequence[TargetSnapshot]) -> pd.DataFrame:
     return frame
 
 
+def _latest_of(store: HistoryStore, since_ts: float) -> pd.DataFrame:
+    if isinstance(store, SqliteStore):
+        return latest_rows_frame(store.latest_rows(since_ts))
+    return snapshots_frame(store.latest(since_ts))
+
+
 @st.cache_data(ttl=120, max_entries=64, show_spinner=False)
 def latest(path: str, since_ts: float) -> pd.DataFrame:
     """The newest snapshot of each target seen since ``since_ts`` (one row per target, sorted by target)."""
-    return snapshots_frame(reader(path).call(lambda store: store.latest(since_ts)))
+    return reader(path).call(lambda store: _latest_of(store, since_ts))
 
 
 # The collector writes a row for every target every cycle (down ones too), so the newest rows of the last few
@@ -170,7 +202,7 @@ def newest_snapshots(path: str, now_ts: float, range_s: float, interval_s: float
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
 def _latest_background(path: str, horizon_s: float) -> pd.DataFrame:
     since = time.time() - horizon_s
-    return snapshots_frame(reader(path).call(lambda store: store.latest(since)))
+    return reader(path).call(lambda store: _latest_of(store, since))
 
 
 @st.cache_data(ttl=300, max_entries=256, show_spinner=False)
@@ -217,6 +249,81 @@ def _fleet_samples_background(
     return window.start_ts, window.end_ts, frame
 
 
+# -- the Fleet chart: one small series, read as columns ------------------------------------------------------
+# Per store path, the Fleet chart's raw window (≤ 15 min, every target) kept between intervals: each new
+# interval reads only the rows written since (``RawTail``), not 15 minutes × every server again.
+_TAILS: dict[str, RawTail] = {}
+_TAILS_LOCK = threading.Lock()
+
+
+def _tail(path: str) -> RawTail:
+    with _TAILS_LOCK:
+        found = _TAILS.get(path)
+        if found is None:
+            found = _TAILS[path] = RawTail(fleet_frames.FLEET_SERIES_SIGNALS)
+        return found
+
+
+def _fleet_columns(
+    store: HistoryStore, window: TimeWindow, points: int, tail: RawTail | None
+) -> SampleColumns:
+    if isinstance(store, SqliteStore):
+        return store.read_columns(
+            window.start_ts, window.end_ts, fleet_frames.FLEET_SERIES_SIGNALS, points, tail=tail
+        )
+    # Another backend (Prometheus): its frame, as columns.
+    frame = store.read_samples(window.start_ts, window.end_ts, None, points)
+    return fleet_frames.columns_of_frame(frame, fleet_frames.FLEET_SERIES_SIGNALS)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSeries:
+    """The Fleet chart's data: its window, the series (``fleet_frames.fleet_series``) and the oldest sample
+    read (NaN when none)."""
+
+    window: TimeWindow
+    series: pd.DataFrame
+    first_ts: float
+
+
+def fleet_series(path: str, now_ts: float, range_s: float, interval_s: float, points: int) -> FleetSeries:
+    """Every target's history summed per bucket (``fleet_frames.fleet_series``) over the selected range.
+
+    Only the series (``points`` rows) is cached, never the ~100 k samples behind it. Up to 15 min the raw rows
+    are kept in memory and topped up each interval; longer ranges are refreshed in the background.
+    """
+    if range_s <= _BACKGROUND_BEYOND_S:
+        window = quantised_window(now_ts, range_s, interval_s, points)
+        series, first_ts = _fleet_series_live(path, window.start_ts, window.end_ts, points)
+        return FleetSeries(window, series, first_ts)
+    start_ts, end_ts, series, first_ts = _fleet_series_background(path, range_s, interval_s, points)
+    return FleetSeries(TimeWindow(start_ts, end_ts), series, first_ts)
+
+
+def _series_of(columns: SampleColumns, window: TimeWindow, points: int) -> tuple[pd.DataFrame, float]:
+    series = fleet_frames.fleet_series_of(columns, window.start_ts, window.duration_s / points)
+    return series, float(columns.ts.min()) if len(columns) else math.nan
+
+
+@st.cache_data(ttl=300, max_entries=64, show_spinner=False)
+def _fleet_series_live(path: str, start_ts: float, end_ts: float, points: int) -> tuple[pd.DataFrame, float]:
+    window = TimeWindow(start_ts, end_ts)
+    tail = _tail(path)
+    return _series_of(
+        reader(path).call(lambda store: _fleet_columns(store, window, points, tail)), window, points
+    )
+
+
+@st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+def _fleet_series_background(
+    path: str, range_s: float, interval_s: float, points: int
+) -> tuple[float, float, pd.DataFrame, float]:
+    window = quantised_window(time.time(), range_s, interval_s, points)
+    columns = reader(path).call(lambda store: _fleet_columns(store, window, points, None))
+    series, first_ts = _series_of(columns, window, points)
+    return window.start_ts, window.end_ts, series, first_ts
+
+
 @st.cache_data(ttl=300, max_entries=128, show_spinner=False)
 def events(path: str, start_ts: float, end_ts: float, targets: tuple[str, ...] | None) -> pd.DataFrame:
     """Restarts, recipe changes, up/down and alert transitions: columns ts, time, target, kind, detail."""
@@ -246,9 +353,17 @@ def sample_count(path: str, tick: int) -> int:
 
 
 def clear_interval_caches() -> None:
-    """Forget every read keyed by the scrape interval, as a new interval does (the background cache stays)."""
-    for cached in (latest, samples, events, sample_count, _alert_frames):
+    """Forget every read keyed by the scrape interval, as a new interval does (the background cache and the
+    raw windows kept in memory stay)."""
+    for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live):
         cached.clear()
+
+
+def clear_all_caches() -> None:
+    """Forget everything read, as a restarted process would (every ``st.cache_data`` and the raw windows)."""
+    st.cache_data.clear()
+    with _TAILS_LOCK:
+        _TAILS.clear()
 
 
 def tick(now_ts: float, step_s: float) -> int:

@@ -19,6 +19,14 @@ import pandas as pd
 
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
+from collectors.store.columns import (
+    RawTail,
+    SampleColumns,
+    most_rows_per_target,
+    read_raw,
+    read_tier,
+    regroup,
+)
 from collectors.store.connections import ThreadConnections
 from collectors.store.migrate import backfill
 from collectors.store.reads import SAMPLE_COLUMNS as _SAMPLE_COLUMNS
@@ -306,6 +314,15 @@ class SqliteStore:
         )
         return [_snapshot_from_row(row) for row in rows]
 
+    def latest_rows(self, since_ts: float | None = None) -> list[tuple[object, ...]]:
+        """``latest`` as plain rows (SAMPLE_COLUMNS order, NULL as None), without building snapshots: the
+        dashboard turns 1,000 of them into one frame every interval."""
+        where = "WHERE ts >= ?" if since_ts is not None else ""
+        params: tuple[object, ...] = (since_ts,) if since_ts is not None else ()
+        return self._query(
+            f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM latest_samples {where} ORDER BY target", params
+        )
+
     def read_samples(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, max_points: int = 2000
     ) -> pd.DataFrame:
@@ -329,6 +346,33 @@ class SqliteStore:
         if not rows:
             return _empty_frame()
         return frame_of(rows, start_ts, max((end_ts - start_ts) / max(max_points, 1), 1e-9), max_points)
+
+    def read_columns(
+        self,
+        start_ts: float,
+        end_ts: float,
+        signals: Sequence[str],
+        max_points: int = 2000,
+        targets: Sequence[str] | None = None,
+        tail: RawTail | None = None,
+    ) -> SampleColumns:
+        """What ``read_samples`` reads, as numpy columns of only ``signals`` (``columns.py``): the same tier,
+        means, regrouping and order. ``tail`` (its signals = ``signals``) keeps a fleet-wide raw window in
+        memory between calls and reads only the rows written since."""
+        try:
+            connection = self._connect()
+            tier = pick_tier(end_ts - start_ts, max_points, self._oldest(), start_ts)
+            if tier is not None:
+                found = read_tier(connection, tier, start_ts, end_ts, signals, targets)
+            elif tail is not None and targets is None and tuple(signals) == tail.signals:
+                found = tail.read(connection, start_ts, end_ts)
+            else:
+                found = read_raw(connection, start_ts, end_ts, signals, targets)
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
+        if most_rows_per_target(found) > max_points:
+            found = regroup(found, start_ts, max((end_ts - start_ts) / max(max_points, 1), 1e-9))
+        return found
 
     def _oldest(self) -> dict[float, float | None]:
         """The oldest timestamp of the raw rows (key 0) and of each tier: MIN over an index, a few pages."""

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from collectors.model import Signals, TargetSnapshot
 from views.data import snapshots_frame
 from views.fleet_frames import (
+    FLEET_SERIES_SIGNALS,
     STATUS_DOWN,
     STATUS_NO_DATA,
     STATUS_STALE,
     STATUS_UP,
+    columns_of_frame,
     filter_table,
     fleet_series,
+    fleet_series_of,
     fleet_table,
     fleet_totals,
 )
@@ -145,6 +149,41 @@ def test_fleet_series_sums_targets_per_bucket() -> None:
     assert list(series["servers_up"]) == [2, 1]
     assert list(series["servers_down"]) == [0, 1]
     assert series["step_latency_ms"].iloc[0] == pytest.approx(150.0)
+
+
+def _random_samples(seed: int, targets: int, rows: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "ts": rng.uniform(0.0, 600.0, rows).round(1),
+            "target": rng.choice([f"s{i:03d}" for i in range(targets)], rows),
+            "up": rng.random(rows) > 0.2,
+            "output_tok_s": rng.uniform(0.0, 5000.0, rows),
+            "accept_length": rng.uniform(1.0, 4.0, rows),
+            "step_latency_s": rng.uniform(0.01, 0.05, rows),
+        }
+    )
+    for column in FLEET_SERIES_SIGNALS:  # unknowns, and a whole target unknown for one signal
+        frame.loc[rng.random(rows) < 0.15, column] = np.nan
+    frame.loc[frame["target"] == "s000", "output_tok_s"] = np.nan
+    return frame.sort_values(["target", "ts"], kind="stable", ignore_index=True)  # as the store reads
+
+
+@pytest.mark.parametrize(
+    ("seed", "targets", "rows", "bucket_s"), [(1, 5, 200, 10.0), (2, 40, 3000, 4.0), (3, 1, 50, 60.0)]
+)
+def test_fleet_series_from_columns_equals_the_frame_one(
+    seed: int, targets: int, rows: int, bucket_s: float
+) -> None:
+    samples = _random_samples(seed, targets, rows)
+    expected = fleet_series(samples, start_ts=0.0, bucket_s=bucket_s)
+    got = fleet_series_of(columns_of_frame(samples, FLEET_SERIES_SIGNALS), start_ts=0.0, bucket_s=bucket_s)
+    pd.testing.assert_frame_equal(got, expected.reset_index(drop=True), check_dtype=False, rtol=1e-12)
+
+
+def test_fleet_series_from_columns_of_nothing_is_empty() -> None:
+    empty = _random_samples(0, 1, 0)
+    assert fleet_series_of(columns_of_frame(empty, FLEET_SERIES_SIGNALS), 0.0, 10.0).empty
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
 def _live(ctx: PageContext, target: str) -> None:
     now_ts = ctx.now()
     with blocks.store_errors():
-        table, board = blocks.load_fleet_table(ctx, now_ts)
+        table, board = blocks.load_fleet_table(ctx, now_ts, only=target)
         rows = table[table["server"] == target]
         if rows.empty:
             st.info(

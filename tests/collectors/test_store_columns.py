@@ -1,0 +1,183 @@
+"""Column reads of the history store (``read_columns``, ``RawTail``) equal the frame reads they replace."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collectors.model import Signals, TargetSnapshot
+from collectors.store.columns import RawTail, SampleColumns
+from collectors.store.history import SqliteStore
+
+T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
+SIGNALS = ("output_tok_s", "accept_length", "step_latency_s")
+
+
+def _snap(target: str, ts: float, value: float | None, *, up: bool = True) -> TargetSnapshot:
+    return TargetSnapshot(
+        target,
+        ts,
+        up,
+        None if up else "connection refused",
+        Signals(
+            output_tok_s=None if value is None or not up else value * 10,
+            accept_length=value if up else None,
+            step_latency_s=0.02 + (value or 0) / 1000 if up else None,
+        ),
+        "r-1",
+        "east",
+        0.004,
+    )
+
+
+def _value(i: int, k: int) -> float | None:
+    if (i + k) % 17 == 0:
+        return None  # an unknown now and then
+    return i + (k % 12) / 12
+
+
+def _cycles(store: SqliteStore, first: int, last: int, targets: list[str], *, backfill: bool = False) -> None:
+    for k in range(first, last):
+        store.append([_snap(t, T0 + 5.0 * k, _value(i, k)) for i, t in enumerate(targets)], backfill=backfill)
+
+
+def _as_frame(columns: SampleColumns) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"target": columns.target, "ts": columns.ts, "up": columns.up.astype(bool), **columns.values}
+    )
+
+
+def _expected(
+    store: SqliteStore, start: float, end: float, points: int, targets: list[str] | None = None
+) -> pd.DataFrame:
+    frame = store.read_samples(start, end, targets, points)
+    return frame[["target", "ts", "up", *SIGNALS]].reset_index(drop=True)
+
+
+def _same(columns: SampleColumns, expected: pd.DataFrame) -> None:
+    got = _as_frame(columns)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False, rtol=1e-12)
+    # codes number the targets in name order
+    names = sorted(set(expected["target"]))
+    assert list(columns.code) == [names.index(t) for t in expected["target"]]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteStore:
+    s = SqliteStore(tmp_path / "h.sqlite")
+    _cycles(s, 0, 12 * 30, ["b", "a", "c"])  # 30 min of 5 s cycles, three targets
+    return s
+
+
+@pytest.mark.parametrize(
+    ("range_s", "points"),
+    [(900.0, 150), (900.0, 2000), (1800.0, 20), (1800.0, 90), (600.0, 7)],
+)
+def test_read_columns_equals_read_samples(store: SqliteStore, range_s: float, points: int) -> None:
+    end = T0 + 5.0 * 12 * 30
+    start = end - range_s
+    _same(store.read_columns(start, end, SIGNALS, points), _expected(store, start, end, points))
+    _same(
+        store.read_columns(start, end, SIGNALS, points, targets=["c", "a"]),
+        _expected(store, start, end, points, ["c", "a"]),
+    )
+
+
+def test_read_columns_from_a_tier_equals_read_samples(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "h.sqlite")
+    targets = [f"t{i:02d}" for i in range(7)]
+    _cycles(s, 0, 12 * 60 * 3, targets)  # 3 h
+    s.prune(0.0, raw_older_than_ts=T0 + 2.5 * 3600)  # raw rows gone before the last half hour: tiers serve
+    for range_s, points in ((3 * 3600.0, 150), (3 * 3600.0, 20), (2 * 3600.0, 300)):
+        end = T0 + 3 * 3600.0
+        start = end - range_s
+        got = s.read_columns(start, end, SIGNALS, points)
+        assert len(got) > 0
+        _same(got, _expected(s, start, end, points))
+
+
+def test_unknown_signal_is_refused(store: SqliteStore) -> None:
+    with pytest.raises(ValueError, match="not a stored signal"):
+        store.read_columns(T0, T0 + 60, ["output_tok_s; DROP TABLE samples"], 10)
+
+
+def _tail_equals_full(store: SqliteStore, tail: RawTail, start: float, end: float, points: int) -> None:
+    _same(store.read_columns(start, end, SIGNALS, points, tail=tail), _expected(store, start, end, points))
+
+
+def test_a_tail_reads_only_new_rows_and_equals_a_full_read(store: SqliteStore) -> None:
+    tail = RawTail(SIGNALS)
+    targets = ["b", "a", "c"]
+    for k in range(12 * 30, 12 * 30 + 24):  # two minutes of cycles, the window sliding with them
+        end = T0 + 5.0 * k + 5.0
+        _tail_equals_full(store, tail, end - 900.0, end, 150)
+        _cycles(store, k, k + 1, targets)
+    assert tail.full_reads == 1
+    assert tail.tail_rows == 3 * 23  # each later read took one cycle's rows
+
+
+def test_a_tail_follows_a_restart_a_new_target_and_late_rows(store: SqliteStore) -> None:
+    tail = RawTail(SIGNALS)
+    end = T0 + 5.0 * 12 * 30
+    _tail_equals_full(store, tail, end - 900.0, end, 150)
+    k = 12 * 30
+    # a restart: the target is down for two cycles, then back with other values
+    store.append([_snap("a", T0 + 5.0 * k, None, up=False), _snap("b", T0 + 5.0 * k, 1.0)])
+    store.append([_snap("a", T0 + 5.0 * (k + 1), None, up=False), _snap("b", T0 + 5.0 * (k + 1), 1.0)])
+    store.append([_snap("a", T0 + 5.0 * (k + 2), 9.0), _snap("b", T0 + 5.0 * (k + 2), 1.0)])
+    _tail_equals_full(store, tail, end - 890.0, end + 15.0, 150)
+    # a new target, named to sort first, and another sorting between the known ones
+    store.append([_snap("0-new", T0 + 5.0 * (k + 3), 3.0), _snap("ab", T0 + 5.0 * (k + 3), 4.0)])
+    _tail_equals_full(store, tail, end - 885.0, end + 20.0, 150)
+    # rows written late, stamped inside the window (a backfill) and one older than it (ignored by both)
+    store.append([_snap("c", T0 + 5.0 * (k - 30) + 2.5, 7.0), _snap("a", end - 2000.0, 1.0)], backfill=True)
+    # and a row stamped with a time already held for that target (a tie: the full read keeps write order)
+    store.append([_snap("b", T0 + 5.0 * (k + 3), 2.0)])
+    _tail_equals_full(store, tail, end - 880.0, end + 20.0, 150)
+    _tail_equals_full(store, tail, end - 880.0, end + 20.0, 2000)  # unregrouped: every row, in order
+    assert tail.full_reads == 1
+
+
+def test_a_tail_reloads_when_the_window_moves_back_or_the_store_is_replaced(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    tail = RawTail(SIGNALS)
+    end = T0 + 5.0 * 12 * 30
+    _tail_equals_full(store, tail, end - 900.0, end, 150)
+    _tail_equals_full(store, tail, end - 1200.0, end, 150)  # back: reload
+    assert tail.full_reads == 2
+    # every row deleted and written again (rowids start over): the held newest row is gone
+    db = sqlite3.connect(tmp_path / "h.sqlite")
+    with db:
+        db.execute("DELETE FROM samples")
+    db.close()
+    _cycles(store, 0, 12 * 30 + 1, ["a", "d"])
+    _tail_equals_full(store, tail, end - 1200.0, end + 5.0, 150)
+    assert tail.full_reads == 3
+
+
+def test_an_empty_window_then_rows(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "h.sqlite")
+    tail = RawTail(SIGNALS)
+    got = s.read_columns(T0, T0 + 900.0, SIGNALS, 150, tail=tail)
+    assert len(got) == 0
+    _cycles(s, 0, 3, ["a"])
+    _tail_equals_full(s, tail, T0, T0 + 900.0, 150)
+    assert not math.isnan(float(np.nanmax(s.read_columns(T0, T0 + 900, SIGNALS, 150, tail=tail).ts)))
+
+
+def test_latest_rows_make_the_same_frame_as_latest_snapshots(store: SqliteStore) -> None:
+    from views.data import latest_rows_frame, snapshots_frame
+
+    k = 12 * 30
+    store.append([_snap("a", T0 + 5.0 * k, None, up=False), _snap("d", T0 + 5.0 * k, 2.0)])
+    store.append([TargetSnapshot("e", T0 + 5.0 * k, True, None, Signals(), None, "", None)])  # all unknown
+    for since in (None, T0 + 5.0 * (k - 1), T0 + 5.0 * (k + 1)):
+        expected = snapshots_frame(store.latest(since))
+        pd.testing.assert_frame_equal(latest_rows_frame(store.latest_rows(since)), expected)
+    assert len(snapshots_frame(store.latest(None))) == 5
