@@ -58,10 +58,13 @@ def _measure(
     if process.poll() is not None:
         raise RuntimeError(f"the measured process exited with {process.returncode} during warm-up")
     cpu0, scrapes0, t0 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    fleet0 = _cpu_s(os.getpid())
     time.sleep(window_s)
     cpu1, scrapes1, t1 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    fleet1 = _cpu_s(os.getpid())
     cpu, scrapes = cpu1 - cpu0, scrapes1 - scrapes0
     return {
+        "fleet_cores": round((fleet1 - fleet0) / (t1 - t0), 3),
         "cpu_s": round(cpu, 2),
         "scrapes": scrapes,
         "expected_scrapes": round(len(fleet.servers) * (t1 - t0) / INTERVAL_S),
