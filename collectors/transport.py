@@ -14,6 +14,7 @@ down when the request's deadline passes; that wakes the blocked read, and the ca
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import heapq
@@ -61,6 +62,8 @@ class ScrapeLoop:
                 thread = threading.Thread(target=loop.run_forever, name="specwatch-scrape", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
+                # Closed before the interpreter ends, so aiohttp has no unclosed session to complain about.
+                atexit.register(self.close)
             return self._loop
 
     def session(self) -> aiohttp.ClientSession:
@@ -99,6 +102,7 @@ class ScrapeLoop:
             self._loop = self._thread = self._session = None
         if loop is None or thread is None:
             return
+        atexit.unregister(self.close)
         if session is not None:
             asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
