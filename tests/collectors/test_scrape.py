@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 import pytest
 
 from collectors.direct.scrape import Fetcher, safe_url, scrape_metrics
+from collectors.direct.source import DirectSource
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,
@@ -179,3 +181,29 @@ def test_a_50_mb_body_is_cut_at_the_cap(loopback: Start, declare_length: bool) -
 def test_urls_in_messages_lose_their_credentials() -> None:
     assert safe_url("http://user:pw@10.0.0.5:30000/metrics") == "http://10.0.0.5:30000/metrics"
     assert safe_url("http://10.0.0.5:30000/metrics") == "http://10.0.0.5:30000/metrics"
+
+
+def test_cookies_a_target_sets_are_never_sent_back(loopback: Start) -> None:
+    # A target (or a proxy in front of it) setting a cookie must not get it back, nor any other target.
+    body = render(Load())[0]
+    server = loopback({"/metrics": reply(body, headers={"Set-Cookie": "session=abc; Path=/"})})
+    other = loopback({"/metrics": reply(body)})
+    for url in (server.url, server.url, other.url):
+        fetcher().get(target("k", url), "/metrics")
+    assert all("cookie" not in seen.headers for seen in server.seen + other.seen)
+
+
+def test_a_cycle_of_many_targets_starts_no_thread_per_target(loopback: Start) -> None:
+    body = render(Load())[0]
+    servers = [loopback({"/metrics": reply(body), "/server_info": reply(b"{}")}) for _ in range(20)]
+    before = _client_threads()
+    source = DirectSource(scrape_settings(), [target(f"k{i}", s.url) for i, s in enumerate(servers)])
+    snapshots = source.collect(time.time())
+    assert all(snapshot.up for snapshot in snapshots), [s.error for s in snapshots if not s.up][:2]
+    # The scrape loop's one thread (and a resolver thread) at most: the old pool kept 20 here.
+    assert len(_client_threads() - before) <= 2
+
+
+def _client_threads() -> set[threading.Thread]:
+    """This process's threads but the loopback servers' (one per connection)."""
+    return {t for t in threading.enumerate() if "process_request" not in t.name}
