@@ -176,6 +176,7 @@ def main() -> dict[str, object]:
             requests_cycle()
             requests_stats = _measure(requests_cycle, cycles, server.pid)
     finally:
+        SCRAPE_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
         if server.stdin is not None:
             server.stdin.close()
         server.wait(timeout=30)

@@ -9,8 +9,19 @@ after a warm-up. Scrapes are counted where they land: the simulated servers' own
 CPU per server-scrape = CPU seconds / scrapes. Prometheus stores every sample of every body; the collector
 stores ~25 signals per server and cycle.
 
-Knobs (environment): SPECWATCH_BENCH_SCRAPE_SIZES (100,500,1000), SPECWATCH_BENCH_SCRAPE_WINDOW_S (25),
-SPECWATCH_BENCH_SCRAPE_WARMUP_S (8).
+The fleet's own CPU is reported per phase (``fleet_cores``: this process), and ``kept_up`` says whether the
+scraper got ≥ 95% of the expected scrapes. Until 2026-12-02 the whole-body phase at 500/1,000 servers did not
+keep up (872 of 5,010 scrapes) and that was the fleet, not the collector: py-spy showed the fleet's one
+event-loop thread busy ~100% of the wall time (64% rendering bodies, 28% advancing the engines) while the
+collector's threads sat waiting for status lines — SGLang's ~2 s decode-log windows meant a fresh ~5 ms render
+on nearly every scrape. The fleet now keeps each window ≥ ``SIM_WINDOW_S`` (a new body every 10 s), which
+costs it ~0.1–0.3 cores at 1,000 servers; what the collector parses per scrape is the same whole body.
+
+Measured 2026-12-02 (``python -m bench scrape-vs-prometheus``, 40 s windows after 30 s warm-up, 2 shared
+cores): see the README's Benchmarks table.
+
+Knobs (environment): SPECWATCH_BENCH_SCRAPE_SIZES (100,500,1000), SPECWATCH_BENCH_SCRAPE_WINDOW_S (40),
+SPECWATCH_BENCH_SCRAPE_WARMUP_S (30), SPECWATCH_BENCH_SCRAPE_SIM_WINDOW_S (80).
 """
 
 from __future__ import annotations
