@@ -2,8 +2,9 @@
 
 The servers run in a subprocess (asyncio, one listening port each), so the collector's CPU and RSS are its
 own. Reported per cycle: CPU seconds (all collector threads), wall seconds, and peak RSS, plus the same cycle
-done as a bare fetch (same session and thread pool, no parse/derive/store) as the in-run baseline. Targets: a
-500-server cycle within 2 s wall on 2 cores; peak RSS < 300 MB. ``SPECWATCH_BENCH_SERVERS`` and
+done as a bare fetch (the same transport: ``Fetcher`` on the scrape loop, ``scrape.concurrency`` at once, no
+parse/derive/store) as the in-run baseline, and as the old transport did it (``requests`` + a thread pool).
+Targets: a 500-server cycle within 2 s wall on 2 cores; peak RSS < 300 MB. ``SPECWATCH_BENCH_SERVERS`` and
 ``SPECWATCH_BENCH_CYCLES`` override the sizes.
 """
 
@@ -21,10 +22,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
-from collectors.transport import make_session
-from config import Config, parse_config
+from collectors.transport import SCRAPE_LOOP, make_session
+from config import Config, Target, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
@@ -143,19 +145,38 @@ def main() -> dict[str, object]:
         assert up == count, f"only {up} of {count} targets up: {[s.error for s in last if not s.up][:3]}"
         assert all(s.signals.accept_length == 2.91 for s in first)
 
-        # Baseline: the same GETs with the same session type and pool, bodies read, nothing else.
+        # Baseline: the same GETs with the same transport and concurrency, bodies read, nothing else.
+        fetcher = Fetcher(config.scrape)
+
+        async def bare() -> bool:
+            slots = asyncio.Semaphore(config.scrape.concurrency)
+
+            async def fetch(target: Target) -> int:
+                async with slots:
+                    return len((await fetcher.fetch(target, "/metrics", accept=METRICS_ACCEPT)).body)
+
+            return all(await asyncio.gather(*(fetch(target) for target in config.targets)))
+
+        def bare_cycle() -> None:
+            assert SCRAPE_LOOP.run(bare())
+
+        bare_cycle()
+        baseline_stats = _measure(bare_cycle, cycles, server.pid)
+
+        # The transport before 2026-12-02: requests + a thread pool of scrape.concurrency.
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
         with make_session(count) as session, ThreadPoolExecutor(config.scrape.concurrency) as pool:
 
-            def bare_cycle() -> None:
+            def requests_cycle() -> None:
                 def fetch(url: str) -> int:
                     return len(session.get(url, timeout=3).content)
 
                 assert all(pool.map(fetch, urls))
 
-            bare_cycle()
-            baseline_stats = _measure(bare_cycle, cycles, server.pid)
+            requests_cycle()
+            requests_stats = _measure(requests_cycle, cycles, server.pid)
     finally:
+        SCRAPE_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
         if server.stdin is not None:
             server.stdin.close()
         server.wait(timeout=30)
@@ -178,6 +199,11 @@ def main() -> dict[str, object]:
             collector_stats["wall_s_per_cycle"] / baseline_stats["wall_s_per_cycle"]
         ),
         "cpu_ratio_vs_bare_fetch": r(collector_stats["cpu_s_per_cycle"] / baseline_stats["cpu_s_per_cycle"]),
+        "requests_bare_fetch_cpu_s_per_cycle": r(requests_stats["cpu_s_per_cycle"]),
+        "requests_bare_fetch_wall_s_per_cycle": r(requests_stats["wall_s_per_cycle"]),
+        "collector_cpu_ratio_vs_requests_bare_fetch": r(
+            collector_stats["cpu_s_per_cycle"] / requests_stats["cpu_s_per_cycle"]
+        ),
         "rss_before_collector_mb": round(rss_before_mb, 1),
         "peak_rss_mb": round(peak_rss_mb, 1),
         "history_rows_written": rows,

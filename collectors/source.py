@@ -50,7 +50,7 @@ def make_source(
     if config.source == "direct":
         from collectors.direct.source import DirectSource
 
-        return DirectSource(config.scrape, targets, session=session, clock=clock)
+        return DirectSource(config.scrape, targets, clock=clock)
     if config.source == "prometheus":
         from collectors.prometheus.source import PrometheusSource
 

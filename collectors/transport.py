@@ -1,29 +1,116 @@
-"""HTTP transport for scraping: a keep-alive ``requests.Session`` whose requests obey a whole-request
-deadline.
+"""HTTP transports.
 
-urllib3's timeouts apply to each socket operation, so a server that trickles a byte at a time never times out.
-Here every connection registers its socket with one watchdog thread, which shuts the socket down when the
-request's deadline passes; that wakes the blocked read, and the caller reports a timeout.
+Scrapes (``/metrics``, ``/server_info``) go through ``ScrapeLoop``: one asyncio event loop in a daemon thread
+holding one aiohttp ``ClientSession`` (keep-alive to every target), shared by the whole process. Per request
+it costs ~0.14× of ``requests`` + a thread pool (``python -m bench http_clients``); a deadline is an
+``asyncio.timeout`` around the whole request, so a server trickling bytes is cut at it.
+
+The services specwatch talks to (Prometheus, notification receivers, probes' streamed ``/generate``) keep a
+``requests.Session``. urllib3's timeouts apply to each socket operation, so a server that trickles a byte at a
+time never times out: every connection registers its socket with one watchdog thread, which shuts the socket
+down when the request's deadline passes; that wakes the blocked read, and the caller reports a timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import concurrent.futures
 import contextlib
 import heapq
 import itertools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 USER_AGENT = "specwatch-collector/0.1"
+# uvicorn (SGLang's server) drops idle keep-alive connections after 5 s; an idle connection we hold longer
+# than the scrape interval is reused or, if the server closed it, replaced (aiohttp retries a GET once then).
+KEEPALIVE_S = 120.0
+_HEADER_LINE_BYTES = 65536  # as http.client: a server's long header is read, not an error
+T = TypeVar("T")
+
+
+class ScrapeLoop:
+    """One event loop thread and one aiohttp session for every scrape of the process, started on first use.
+
+    Coroutines run on the loop (``run`` waits for one from any other thread). The session sends no cookies
+    back, reads no proxy or ``~/.netrc`` from the environment, and never retries beyond aiohttp's one retry of
+    a GET on a keep-alive connection the server had closed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="specwatch-scrape", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+                # Closed before the interpreter ends, so aiohttp has no unclosed session to complain about.
+                atexit.register(self.close)
+            return self._loop
+
+    def session(self) -> aiohttp.ClientSession:
+        """The shared session; only call it from a coroutine running on ``loop``."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=0,  # concurrency is the caller's (scrape.concurrency)
+                keepalive_timeout=KEEPALIVE_S,
+                ttl_dns_cache=60,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                headers={"User-Agent": USER_AGENT},
+                trust_env=False,
+                max_line_size=_HEADER_LINE_BYTES,
+                max_field_size=_HEADER_LINE_BYTES,
+            )
+        return self._session
+
+    def on_loop(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (or exception); not from the loop itself."""
+        if self.on_loop():
+            coro.close()
+            raise RuntimeError("ScrapeLoop.run called on the loop thread: await the coroutine instead")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result()
+
+    def close(self) -> None:
+        """Close the session's connections and stop the loop (tests; the process otherwise keeps it)."""
+        with self._lock:
+            loop, thread, session = self._loop, self._thread, self._session
+            self._loop = self._thread = self._session = None
+        if loop is None or thread is None:
+            return
+        atexit.unregister(self.close)
+        if session is not None:
+            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+SCRAPE_LOOP = ScrapeLoop()
 
 
 class DeadlineScope:

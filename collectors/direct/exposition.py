@@ -142,12 +142,36 @@ _SAMPLE_LINE = re.compile(r"^[^#\n]", re.MULTILINE)
 def count_samples(text: str, limit: int) -> int:
     """Sample lines (neither blank nor a comment) in a body, counted before anything is split or parsed:
     at most ``limit`` means within the limit (an upper bound); over it, the exact count."""
-    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    comments = text.count("\n#") + (1 if text.startswith("#") else 0)
-    rough = lines - comments  # blank lines included: an upper bound, at C speed
+    # Lines, comments and blanks included: an upper bound, at C speed (counting "\n#" too cost ~80 µs a body,
+    # a sixth of a parse, to tighten a bound ~50× under the limit).
+    rough = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     if rough <= limit:
         return rough
     return len(_SAMPLE_LINE.findall(text))  # one-character matches: cached strings, no per-match objects
+
+
+# A kept line's label block → its labels and its series key (labels without pid, sorted). Across cycles and
+# servers the same few dozen blocks recur, so each is read once: ~4.6 µs a line otherwise (two regexes over
+# ~6 labels), a third of a whole-body parse. Bounded; cleared when full.
+_LabelsRead = tuple[dict[str, str], tuple[tuple[str, str], ...]]
+_LABEL_CACHE: dict[str, _LabelsRead] = {}
+LABEL_CACHE_MAX = 100_000
+
+
+def _read_labels(line: str, pos: int, line_no: int) -> tuple[_LabelsRead, int]:
+    """``_parse_labels`` through the cache (the block is the text up to the line's last "}")."""
+    close = line.rfind("}") + 1
+    block = line[pos:close]
+    cached = _LABEL_CACHE.get(block)
+    if cached is not None:
+        return cached, close
+    labels, end = _parse_labels(line, pos, line_no)
+    read = (labels, tuple(sorted((k, v) for k, v in labels.items() if k != "pid")))
+    if end == close:  # a "}" after the block (in a timestamp?) would make the key wrong: not cached
+        if len(_LABEL_CACHE) >= LABEL_CACHE_MAX:
+            _LABEL_CACHE.clear()
+        _LABEL_CACHE[block] = read
+    return read, end
 
 
 def parse_exposition(
@@ -232,9 +256,10 @@ def parse_exposition(
 
         # A kept line: the real parse.
         labels: dict[str, str] = {}
+        series: tuple[tuple[str, str], ...] = ()
         pos = end
         if line[pos] == "{":
-            labels, pos = _parse_labels(line, pos, index + 1)
+            (labels, series), pos = _read_labels(line, pos, index + 1)
         tokens = line[pos:].split()
         if not tokens:
             raise BadExposition(f"line {index + 1}: no value: {_quote(line)}")
@@ -249,8 +274,8 @@ def parse_exposition(
         if match and any(labels.get(label) != value for label, value in match):
             continue
         raw_labels = line[end:pos]
-        labels.pop("pid", None)  # multiprocess "all" gauges add one; it never identifies a different series
-        key = (canonical, tuple(sorted(labels.items())))
+        # ``series`` leaves out pid: multiprocess "all" gauges add one; it never identifies another series.
+        key = (canonical, series)
         previous_raw = seen.get(key)
         if previous_raw is not None:
             if previous_raw == raw_labels:

@@ -7,16 +7,21 @@ appears in a message or a log line.
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 import re
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import requests
+import aiohttp
 import urllib3.exceptions
+from yarl import URL
 
 from collectors.direct.exposition import SIGNAL_SAMPLES, Exposition, parse_exposition
 from collectors.errors import (
@@ -27,7 +32,7 @@ from collectors.errors import (
     ScrapeTimeout,
     Unreachable,
 )
-from collectors.transport import WATCHDOG
+from collectors.transport import SCRAPE_LOOP, ScrapeLoop
 from config import ScrapeSettings, Target
 
 # Plain text only: prometheus_client (which serves SGLang's /metrics) picks OpenMetrics whenever the header
@@ -113,7 +118,7 @@ def _status_hint(status: int, path: str, target: Target) -> str:
 
 
 def _describe_connection_error(exc: BaseException) -> str:
-    """The root cause of a requests ConnectionError, in words."""
+    """The root cause of a requests ConnectionError, in words (the probes' transport)."""
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, ConnectionRefusedError):
@@ -135,26 +140,38 @@ def _describe_connection_error(exc: BaseException) -> str:
 
 
 class Fetcher:
-    """GETs ``<target.url><path>`` with keep-alive (the injected session), a deadline and a size cap."""
+    """GETs ``<target.url><path>`` with keep-alive (the process's ``ScrapeLoop``), a deadline and a size cap.
+
+    ``fetch`` is the coroutine (awaited on the loop by the direct source); ``get`` runs it from any other
+    thread and waits.
+    """
 
     def __init__(
         self,
-        session: requests.Session,
         settings: ScrapeSettings,
         *,
+        loop: ScrapeLoop = SCRAPE_LOOP,
         monotonic: Callable[[], float] = time.monotonic,
         environ: dict[str, str] | None = None,
     ) -> None:
-        self._session = session
         self._settings = settings
+        self._loop = loop
         self.max_samples = settings.max_samples
         self.unfiltered: set[str] = set()  # target URLs whose name[]-filtered /metrics held no signal
         self._monotonic = monotonic
         self._environ = environ
+        self._ssl: ssl.SSLContext | bool = settings.verify_tls
+        if settings.ca_bundle:
+            # As requests' verify=<path>: that bundle only, not the system's CAs beside it.
+            self._ssl = ssl.create_default_context(cafile=settings.ca_bundle)
 
     @property
     def timeout_s(self) -> float:
         return self._settings.timeout_s
+
+    @property
+    def loop(self) -> ScrapeLoop:
+        return self._loop
 
     def secrets(self, target: Target) -> tuple[str, ...]:
         """What requests to ``target`` carry that must never be shown: its bearer token, if set."""
@@ -185,31 +202,31 @@ class Fetcher:
         self, target: Target, path: str, *, deadline: float | None = None, accept: str = "*/*"
     ) -> Fetched:
         """The whole answer within the deadline (default: now + timeout_s), or a ``ScrapeError`` in words."""
+        return self._loop.run(self.fetch(target, path, deadline=deadline, accept=accept))
+
+    async def fetch(
+        self, target: Target, path: str, *, deadline: float | None = None, accept: str = "*/*"
+    ) -> Fetched:
+        """``get`` as a coroutine on the scrape loop."""
         started = self._monotonic()
         if deadline is None:
             deadline = started + self._settings.timeout_s
-        url = target.url + path
         route, _, query = path.partition("?")
         shown = safe_url(target.url + route) + ("?…" if query else "")  # messages need no 2 KB of name[]
         headers = self._headers(target, accept)
         remaining = deadline - started
         if remaining <= 0:
             raise ScrapeTimeout(f"{target.name}: no time left to fetch {shown} within scrape.timeout_s")
-        verify: bool | str = self._settings.ca_bundle or self._settings.verify_tls
-        with WATCHDOG.scope(deadline) as scope:
-            try:
+        try:
+            url = URL(target.url + path, encoded=True)  # METRICS_PATH is encoded already: sent as it is
+            # One deadline for connect, head and the whole body: a server trickling bytes is cut at it.
+            async with asyncio.timeout(remaining):
                 # Redirects are not followed: a target could otherwise send the collector (and, via quoted
                 # errors, the dashboard) to any address it can reach.
-                response = self._session.get(
-                    url,
-                    headers=headers,
-                    timeout=(remaining, remaining),
-                    stream=True,
-                    verify=verify,
-                    allow_redirects=False,
-                )
-                try:
-                    status = response.status_code
+                async with self._loop.session().get(
+                    url, headers=headers, allow_redirects=False, ssl=self._ssl
+                ) as response:
+                    status = response.status
                     if not 200 <= status < 300:
                         # The reason phrase and Location are the server's words: capped, and redacted later.
                         reason = _capped(response.reason or "") or _phrase(status)
@@ -221,17 +238,19 @@ class Fetcher:
                             f"{target.name}: {shown} answered HTTP {status} {reason}".rstrip() + f"; {hint}",
                             status=status,
                         )
-                    body = self._read_body(response, target, shown, deadline)
+                    body = await self._read_body(response, target, shown, deadline)
                     content_type = response.headers.get("Content-Type", "")
-                finally:
-                    response.close()
-            except ScrapeError:
-                raise
-            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-                raise self._translate(exc, target, shown, scope.expired) from exc
+        except ScrapeError:
+            raise
+        except TimeoutError:
+            raise self._timeout(target, shown) from None
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise self._translate(exc, target, shown) from exc
         return Fetched(shown, status, content_type, body, self._monotonic() - started)
 
-    def _read_body(self, response: requests.Response, target: Target, shown: str, deadline: float) -> bytes:
+    async def _read_body(
+        self, response: aiohttp.ClientResponse, target: Target, shown: str, deadline: float
+    ) -> bytes:
         cap = self._settings.max_body_bytes
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > cap:
@@ -241,7 +260,7 @@ class Fetcher:
             )
         chunks: list[bytes] = []
         size = 0
-        for chunk in response.iter_content(_CHUNK_BYTES):
+        async for chunk in response.content.iter_chunked(_CHUNK_BYTES):  # decompressed, as it arrives
             size += len(chunk)
             if size > cap:
                 raise Oversize(
@@ -259,32 +278,59 @@ class Fetcher:
             "(timeout); check the server is alive and not overloaded, or raise scrape.timeout_s"
         )
 
-    def _translate(self, exc: BaseException, target: Target, shown: str, expired: bool) -> ScrapeError:
+    def _translate(self, exc: BaseException, target: Target, shown: str) -> ScrapeError:
         """The one place a transport failure becomes a ScrapeError."""
-        if expired or isinstance(exc, requests.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
-            return self._timeout(target, shown)
-        if isinstance(exc, requests.exceptions.SSLError):
+        if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
             return Unreachable(
                 f"{target.name}: TLS handshake with {shown} failed; "
                 "check scrape.verify_tls / scrape.ca_bundle"
             )
-        if isinstance(exc, requests.exceptions.ContentDecodingError):
-            return BadExposition(
-                f"{target.name}: {shown} sent a body that does not decompress (bad gzip/deflate)"
-            )
-        if isinstance(exc, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError):
+        if isinstance(exc, aiohttp.ClientPayloadError):
+            if "encoding" in str(exc).lower() and "transfer" not in str(exc).lower():
+                return BadExposition(
+                    f"{target.name}: {shown} sent a body that does not decompress (bad gzip/deflate)"
+                )
             return BadExposition(
                 f"{target.name}: truncated body from {shown}: the connection closed mid-answer; "
                 "check the server (or a proxy) is not crashing or cutting responses"
             )
-        if isinstance(exc, requests.exceptions.InvalidURL | requests.exceptions.MissingSchema):
+        if isinstance(exc, aiohttp.InvalidURL | ValueError):
             return ScrapeError(f"{target.name}: invalid URL {shown}; check the target's url")
-        if isinstance(exc, requests.ConnectionError | OSError):
-            return Unreachable(f"{target.name}: {shown}: {_describe_connection_error(exc)}")
+        if isinstance(exc, aiohttp.ServerDisconnectedError):
+            return Unreachable(
+                f"{target.name}: {shown}: the server closed the connection without answering; "
+                "check it is healthy"
+            )
+        if isinstance(exc, aiohttp.ClientResponseError):  # not HTTP: a bad status line or header
+            return BadExposition(
+                f"{target.name}: {shown} did not answer in HTTP ({_capped(exc.message, 80)}); "
+                "check the URL points at the SGLang server's HTTP port"
+            )
+        if isinstance(exc, OSError):
+            return Unreachable(f"{target.name}: {shown}: {_describe_os_error(exc)}")
         return ScrapeError(f"{target.name}: {shown}: {type(exc).__name__}; check the server")
 
 
+def _describe_os_error(exc: OSError) -> str:
+    """A connect or socket failure of the scrape loop, in words."""
+    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(cause, socket.gaierror):
+        return "cannot resolve the host name; check the URL"
+    if isinstance(cause, ConnectionRefusedError) or cause.errno == errno.ECONNREFUSED:
+        return "connection refused; check the server is running and the port is right"
+    if isinstance(cause, ConnectionResetError) or cause.errno == errno.ECONNRESET:
+        return "connection reset by the server; check it is healthy"
+    return f"cannot connect ({type(cause).__name__}); check the server is running and reachable"
+
+
 def scrape_metrics(
+    fetcher: Fetcher, target: Target, *, deadline: float | None = None
+) -> tuple[Exposition, Fetched]:
+    """``scrape_metrics_async`` from a thread other than the scrape loop's."""
+    return fetcher.loop.run(scrape_metrics_async(fetcher, target, deadline=deadline))
+
+
+async def scrape_metrics_async(
     fetcher: Fetcher, target: Target, *, deadline: float | None = None
 ) -> tuple[Exposition, Fetched]:
     """GET /metrics (only the samples the signals need) and read them; ``BadExposition`` names the target.
@@ -295,10 +341,10 @@ def scrape_metrics(
     """
     filtered = target.url not in fetcher.unfiltered
     path = METRICS_PATH if filtered else "/metrics"
-    fetched = fetcher.get(target, path, deadline=deadline, accept=METRICS_ACCEPT)
+    fetched = await fetcher.fetch(target, path, deadline=deadline, accept=METRICS_ACCEPT)
     if filtered and b"sglang" not in fetched.body:  # SGLang 0.5.23 answers name[] with an empty body
         fetcher.unfiltered.add(target.url)
-        fetched = fetcher.get(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
+        fetched = await fetcher.fetch(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
     try:
         exposition = parse_exposition(
             fetched.body, content_type=fetched.content_type, max_samples=fetcher.max_samples

@@ -101,10 +101,15 @@ def parse_server_info(body: bytes) -> dict[str, Any]:
 
 
 def fetch_recipe(fetcher: Fetcher, target: Target, *, deadline: float | None = None) -> Recipe:
+    """``fetch_recipe_async`` from a thread other than the scrape loop's."""
+    return fetcher.loop.run(fetch_recipe_async(fetcher, target, deadline=deadline))
+
+
+async def fetch_recipe_async(fetcher: Fetcher, target: Target, *, deadline: float | None = None) -> Recipe:
     """GET /server_info (falling back to /get_server_info on 404) and read the recipe from it."""
     for index, path in enumerate(SERVER_INFO_PATHS):
         try:
-            fetched = fetcher.get(target, path, deadline=deadline, accept="application/json")
+            fetched = await fetcher.fetch(target, path, deadline=deadline, accept="application/json")
         except HTTPStatusError as exc:
             if exc.status == 404 and index + 1 < len(SERVER_INFO_PATHS):
                 continue

@@ -1,27 +1,26 @@
 """The direct source: scrape every SGLang server's /metrics concurrently and derive its signals.
 
-A bounded thread pool scrapes the targets; each has its own deadline, and targets that timed out last cycle
-are started last, so a wave of dead servers cannot hold up the live ones. /server_info is read at start, after
-a restart (a counter went down), after the target was down, and every few minutes in case a restart went
-unnoticed.
+One coroutine per target on the process's scrape loop (``collectors.transport.ScrapeLoop``), at most
+``scrape.concurrency`` in flight; each has its own deadline, and targets that timed out last cycle are started
+last, so a wave of dead servers cannot hold up the live ones. Parsing and derivation run on the loop too: they
+hold the GIL either way, and one thread saves the hand-offs a thread pool pays per target. /server_info is
+read at start, after a restart (a counter went down), after the target was down, and every few minutes in case
+a restart went unnoticed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-import requests
-import urllib3
-
 from collectors.direct.derive import CounterState, derive_signals, detect_reset, is_restart
-from collectors.direct.scrape import Fetcher, scrape_metrics
-from collectors.direct.server_info import fetch_recipe
+from collectors.direct.scrape import Fetcher, scrape_metrics_async
+from collectors.direct.server_info import fetch_recipe_async
 from collectors.errors import ScrapeError, ScrapeTimeout
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from config import ScrapeSettings, Target
@@ -35,7 +34,7 @@ _MAX_NOTES = 3
 
 @dataclass
 class _TargetState:
-    """Mutable per-target state; only the worker scraping that target touches it during a cycle."""
+    """Mutable per-target state; only the coroutine scraping that target touches it during a cycle."""
 
     target: Target
     counters: CounterState | None = None
@@ -53,7 +52,6 @@ class DirectSource:
         settings: ScrapeSettings,
         targets: Sequence[Target],
         *,
-        session: requests.Session,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         environ: dict[str, str] | None = None,
@@ -68,14 +66,9 @@ class DirectSource:
                 "scrape.verify_tls is false: HTTPS targets' certificates are not checked, so anyone on the "
                 "path can impersonate them (and read their bearer tokens)"
             )
-            # Said once here; urllib3 would otherwise warn on every request of every cycle.
-            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        self._fetcher = Fetcher(session, settings, monotonic=monotonic, environ=environ)
+        self._fetcher = Fetcher(settings, monotonic=monotonic, environ=environ)
         self._clock = clock
         self._monotonic = monotonic
-        self._pool = ThreadPoolExecutor(
-            max_workers=settings.concurrency, thread_name_prefix="specwatch-scrape"
-        )
         self._states: dict[str, _TargetState] = {}
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
@@ -104,19 +97,29 @@ class DirectSource:
 
     def collect(self, now: float) -> list[TargetSnapshot]:
         """Scrape every target once; ``now`` is the cycle start (each snapshot carries its own end time)."""
-        states = list(self._states.values())
+        return self._fetcher.loop.run(self._collect(list(self._states.values())))
+
+    async def _collect(self, states: list[_TargetState]) -> list[TargetSnapshot]:
         order = sorted(states, key=lambda state: state.timed_out)  # stable: config order within each group
-        futures = {state.target.name: self._pool.submit(self._scrape_safely, state) for state in order}
-        return [futures[state.target.name].result() for state in states]
+        slots = asyncio.Semaphore(self._settings.concurrency)  # FIFO: targets start in ``order``
+        tasks = {
+            state.target.name: asyncio.ensure_future(self._scrape_safely(state, slots)) for state in order
+        }
+        await asyncio.wait(tasks.values())
+        return [tasks[state.target.name].result() for state in states]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Nothing to release: the scrape loop and its connections belong to the process."""
 
     # -- one target ------------------------------------------------------------------------------------------
-    def _scrape_safely(self, state: _TargetState) -> TargetSnapshot:
+    async def _scrape_safely(self, state: _TargetState, slots: asyncio.Semaphore) -> TargetSnapshot:
+        async with slots:
+            return await self._scrape_guarded(state)
+
+    async def _scrape_guarded(self, state: _TargetState) -> TargetSnapshot:
         started = self._monotonic()
         try:
-            snapshot = self._scrape(state, started)
+            snapshot = await self._scrape(state, started)
         except Exception as exc:  # a bug here must cost one target one cycle, never the loop
             log.exception("scraping %s failed unexpectedly", state.target.name)
             snapshot = self._down(
@@ -138,11 +141,11 @@ class DirectSource:
             scrape_duration_s=self._monotonic() - started,
         )
 
-    def _scrape(self, state: _TargetState, started: float) -> TargetSnapshot:
+    async def _scrape(self, state: _TargetState, started: float) -> TargetSnapshot:
         target = state.target
         deadline = started + self._settings.timeout_s
         try:
-            exposition, _ = scrape_metrics(self._fetcher, target, deadline=deadline)
+            exposition, _ = await scrape_metrics_async(self._fetcher, target, deadline=deadline)
         except ScrapeError as exc:
             state.timed_out = isinstance(exc, ScrapeTimeout)
             state.recipe_due = 0.0  # it may come back as a restarted server: re-read its recipe then
@@ -166,7 +169,7 @@ class DirectSource:
                     f"counter reset without a restart ({fell}{others}); its rate is unknown this scrape"
                 )
         if self._monotonic() >= state.recipe_due:
-            self._refresh_recipe(state, deadline)
+            await self._refresh_recipe(state, deadline)
 
         # Rates divide by monotonic time: a wall-clock step (NTP) must not become a spike or a negative
         # window.
@@ -192,11 +195,11 @@ class DirectSource:
             scrape_duration_s=self._monotonic() - started,
         )
 
-    def _refresh_recipe(self, state: _TargetState, deadline: float) -> None:
+    async def _refresh_recipe(self, state: _TargetState, deadline: float) -> None:
         if deadline - self._monotonic() <= 0.05 * self._settings.timeout_s:
             return  # no time left this cycle; try again at the next one
         try:
-            recipe = fetch_recipe(self._fetcher, state.target, deadline=deadline)
+            recipe = await fetch_recipe_async(self._fetcher, state.target, deadline=deadline)
             flags = recipe.as_dict()
             # /server_info is the server's words too (its flags are stored and shown): no token in them.
             state.recipe = Recipe.from_flags(

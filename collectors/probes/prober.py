@@ -108,7 +108,7 @@ class Prober:
     ) -> None:
         self._settings = config.probes
         self._scrape = config.scrape
-        self._fetcher = Fetcher(session, config.scrape)
+        self._fetcher = Fetcher(config.scrape)
         self._session = session
         self._clock = clock
         self._lock = threading.Lock()

@@ -68,7 +68,7 @@ def default_recipe_fetcher(config: Config, session: requests.Session) -> RecipeF
     from collectors.direct.scrape import Fetcher
     from collectors.direct.server_info import fetch_recipe
 
-    fetcher = Fetcher(session, config.scrape)
+    fetcher = Fetcher(config.scrape)
     return lambda target: fetch_recipe(fetcher, target)
 
 

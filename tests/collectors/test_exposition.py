@@ -172,6 +172,17 @@ def test_duplicate_series_keep_the_first_and_say_so() -> None:
     assert "duplicate series" in parsed.notes[0]
 
 
+def test_a_body_read_again_from_the_label_cache_reads_the_same(golden_text: str) -> None:
+    # Every cycle re-reads the same label blocks: the second read (cached) must say exactly what the first
+    # did, duplicates and pid-only differences included.
+    line = _sample("sglang:generation_tokens_total", 'is_streaming="true"', "100.0")
+    pid = _sample("sglang:spec_accept_length", RANK0 + ',pid="1"', "2.5")
+    body = golden_text + line + line + pid + pid.replace('pid="1"', 'pid="2"')
+    first, second = parse_exposition(body), parse_exposition(body)
+    assert first == second
+    assert any("duplicate series" in note for note in second.notes)
+
+
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
 def test_nan_and_inf_in_a_used_family_are_unknown_with_a_note(value: str) -> None:
     body = (

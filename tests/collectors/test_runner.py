@@ -62,7 +62,7 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
     config = fleet_config([("east-0", east.url), ("dead-0", dead), ("west-0", west.url)])
     # Windows of exactly 5 s: the test's clock times the rates too (in production, time.monotonic does).
     session = make_session()
-    source = DirectSource(config.scrape, config.targets, session=session, clock=clock, rate_clock=clock)
+    source = DirectSource(config.scrape, config.targets, clock=clock, rate_clock=clock)
     with Collector(config, store, clock=clock, session=session, source=source) as collector:
         first = collector.run_cycle()
         east.load = east.load.advanced(

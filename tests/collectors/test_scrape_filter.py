@@ -5,20 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-import requests
 
 from collectors.direct.exposition import parse_exposition
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher, scrape_metrics
-from collectors.transport import make_session
 from sim.fleet import SimFleet
 from tests.collectors.conftest import scrape_settings, target
 from tests.collectors.servers import FakeSGLang
-
-
-@pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with make_session() as session:
-        yield session
 
 
 @pytest.fixture
@@ -34,11 +26,11 @@ def _metrics_requests(fleet: SimFleet) -> int:
 
 @pytest.mark.parametrize("honoured", [True, False], ids=["registry-resolves-names", "sglang-0.5.23-empty"])
 def test_signals_are_the_same_whatever_the_server_does_with_the_filter(
-    session: requests.Session, fleet: SimFleet, honoured: bool
+    fleet: SimFleet, honoured: bool
 ) -> None:
     server = fleet.servers[0]
     server.honours_name_filter = honoured
-    fetcher = Fetcher(session, scrape_settings())
+    fetcher = Fetcher(scrape_settings())
     spec = target("k3", fleet.targets[0].url)
     first, fetched = scrape_metrics(fetcher, spec)
     full = parse_exposition(server.render_body(METRICS_ACCEPT))
@@ -52,9 +44,9 @@ def test_signals_are_the_same_whatever_the_server_does_with_the_filter(
 
 
 def test_a_server_that_ignores_the_filter_is_read_from_its_whole_body(
-    session: requests.Session, sglang: Callable[..., FakeSGLang]
+    sglang: Callable[..., FakeSGLang],
 ) -> None:
     server = sglang()
-    exposition, _ = scrape_metrics(Fetcher(session, scrape_settings()), target("k3", server.url))
+    exposition, _ = scrape_metrics(Fetcher(scrape_settings()), target("k3", server.url))
     assert exposition.values["sglang:spec_accept_length"] == 2.91
     assert server.hits("/metrics") == 1  # no second request: the first answer had the samples

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import requests
 
 from collectors.direct.scrape import Fetcher
 from collectors.direct.server_info import fetch_recipe, recipe_from_server_info
 from collectors.errors import BadServerInfo, HTTPStatusError
 from collectors.model import Recipe
-from collectors.transport import make_session
 from tests.collectors.bodies import MODEL, SERVER_INFO
 from tests.collectors.conftest import scrape_settings, target
 from tests.collectors.servers import LoopbackServer, Route, json_reply, reply
@@ -32,9 +30,8 @@ OLD_INFO: dict[str, Any] = {
 
 
 @pytest.fixture
-def fetcher() -> Iterator[Fetcher]:
-    with make_session() as session:
-        yield Fetcher(session, scrape_settings())
+def fetcher() -> Fetcher:
+    return Fetcher(scrape_settings())
 
 
 def test_current_server_info_gives_the_recipe(fetcher: Fetcher, loopback: Start) -> None:
@@ -117,13 +114,15 @@ def test_odd_flag_values_keep_the_recipe_deterministic() -> None:
     assert isinstance(recipe, Recipe)
 
 
-def test_session_keeps_no_auth_from_the_environment(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # ~/.netrc credentials would be sent to every target with trust_env on; our session never reads them.
+def test_scrapes_take_no_auth_or_proxy_from_the_environment(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, loopback: Start
+) -> None:
+    # ~/.netrc credentials would be sent to every target, and a proxy would see every token, if the scrape
+    # transport read the environment: it never does.
     (tmp_path / ".netrc").write_text("machine 127.0.0.1 login admin password hunter2\n")
     monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
-    with make_session() as session:
-        assert session.trust_env is False
-        prepared = session.prepare_request(requests.Request("GET", "http://127.0.0.1:1/metrics"))
-        settings = session.merge_environment_settings(prepared.url, {}, None, None, None)
-        assert settings["proxies"] == {}
-        assert "Authorization" not in prepared.headers
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:1")  # refused if it were used
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:1")
+    server = loopback({"/server_info": json_reply(SERVER_INFO)})
+    fetch_recipe(Fetcher(scrape_settings()), target("k", server.url))
+    assert "authorization" not in server.seen[0].headers

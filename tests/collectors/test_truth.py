@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-import requests
 
 from collectors.direct.derive import derive_signals
 from collectors.direct.exposition import parse_exposition
@@ -130,18 +129,16 @@ def test_golden_state_pool_is_unknown_without_a_mamba_pool(golden_text: str) -> 
 # -- live loopback servers -----------------------------------------------------------------------------------
 @pytest.fixture
 def direct() -> Iterator[Callable[..., DirectSource]]:
-    sessions: list[tuple[DirectSource, requests.Session]] = []
+    sources: list[DirectSource] = []
 
     def start(url: str, **kwargs: object) -> DirectSource:
-        session = requests.Session()
-        source = DirectSource(scrape_settings(), [target("s1", url)], session=session, **kwargs)  # type: ignore[arg-type]
-        sessions.append((source, session))
+        source = DirectSource(scrape_settings(), [target("s1", url)], **kwargs)  # type: ignore[arg-type]
+        sources.append(source)
         return source
 
     yield start
-    for source, session in sessions:
+    for source in sources:
         source.close()
-        session.close()
 
 
 def _collect(source: DirectSource) -> TargetSnapshot:

@@ -20,7 +20,6 @@ import pytest
 from collectors.direct.source import DirectSource
 from collectors.model import SIGNAL_NAMES, TargetSnapshot
 from collectors.prometheus.source import PrometheusSource
-from collectors.transport import make_session
 from config import Target, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load, render
 from tests.collectors.servers import FakeSGLang, Handler, send
@@ -132,7 +131,7 @@ def _both(engine: Engine, servers: dict[str, LinearSGLang]) -> tuple[dict[str, T
     settings = parse_config(
         {"scrape": {"interval_s": 1, "timeout_s": 1}, "targets": [t.model_dump() for t in targets]}
     ).scrape
-    direct = DirectSource(settings, targets, session=make_session())
+    direct = DirectSource(settings, targets)
     prometheus = PrometheusSource(
         source_config(engine.url, targets, selector='job="parity"', rate_window_s=WINDOW_S)
     )

@@ -19,7 +19,6 @@ from collectors.direct.source import DirectSource
 from collectors.model import TargetSnapshot
 from collectors.prometheus.history import PrometheusHistory
 from collectors.prometheus.source import PrometheusSource
-from collectors.transport import make_session
 from config import Config, parse_config
 from sim.fleet import SimFleet
 from tests.prometheus.engines import PROMTOOL, Engine, source_config
@@ -44,7 +43,7 @@ def _prometheus_config(engine: Engine, fleet: SimFleet) -> Config:
 
 def _both(engine: Engine, fleet: SimFleet) -> tuple[dict[str, TargetSnapshot], dict[str, TargetSnapshot]]:
     """Direct snapshots with rates over the last 6 s, and the Prometheus source's at the same moment."""
-    direct = DirectSource(_direct_config(fleet).scrape, fleet.targets, session=make_session())
+    direct = DirectSource(_direct_config(fleet).scrape, fleet.targets)
     prometheus = PrometheusSource(_prometheus_config(engine, fleet))
     try:
         direct.collect(time.time())
