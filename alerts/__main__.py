@@ -27,6 +27,9 @@ from config import Config, ConfigError, load_config
 log = logging.getLogger("specwatch.alerts")
 _STANDBY_POLL_S = 1.0
 _STOP_DEADLINE_S = 8.0
+# The kernel may deliver SIGTERM to any thread (the scrape loop's epoll, a notifier); Python runs the handler
+# only when the main thread next wakes, and an untimed Event.wait() never does. Waiting in slices wakes it.
+SIGNAL_POLL_S = 0.5
 
 
 def _load(path: str | None) -> Config:
@@ -83,7 +86,8 @@ def _serve(service: Service, config: Config, stop: threading.Event) -> int:
         config.scrape.interval_s,
         rules,
     )
-    stop.wait()
+    while not stop.wait(SIGNAL_POLL_S):
+        pass
     # Stopping may wait for a cycle in flight; past the deadline the process ends anyway (the outbox is on
     # disk, nothing delivered is sent twice) so SIGTERM never hangs.
     stopper = threading.Thread(target=service.stop, name="specwatch-stop", daemon=True)

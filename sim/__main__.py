@@ -135,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"speed {options.speed:g}) on {options.host} ports {ports[0]}–{ports[-1]}; Ctrl-C to stop",
             flush=True,
         )
-        stop.wait()
+        while not stop.wait(0.5):  # an untimed wait misses a signal the kernel gave another thread
+            pass
     finally:
         fleet.stop()
     return 0

@@ -189,6 +189,6 @@ def test_cli_daemon_runs_until_sigterm(
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait()
+            process.communicate()  # reaps it and closes the pipe (no ResourceWarning in a later test)
     assert process.returncode == 0, output
     assert "watching 2 targets" in output

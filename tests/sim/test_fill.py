@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,14 @@ def test_the_demo_writes_its_past_newest_hour_first_beside_the_live_collector(tm
     live.close()
 
 
+@pytest.fixture
+def plain_main(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spawned child re-runs the parent's ``__main__``; in this process an earlier AppTest may have left
+    Streamlit's temporary script there. ``python -m sim history`` (the one caller of the child) has its own."""
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+
+
+@pytest.mark.usefixtures("plain_main")
 def test_sampling_in_a_child_process_writes_the_same_store(tmp_path: Path) -> None:
     # The command simulates in a child process while the parent writes: the parts cross as arrays.
     for name, child in (("here.sqlite", False), ("child.sqlite", True)):
@@ -162,6 +171,7 @@ def test_sampling_in_a_child_process_writes_the_same_store(tmp_path: Path) -> No
     assert len(here["samples"]) == 2 * 360
 
 
+@pytest.mark.usefixtures("plain_main")
 def test_a_failing_simulating_child_is_an_error_not_a_hang() -> None:
     parts = fill_module._sampled_in_child("no-such-scenario", 1, [Segment(END, 60.0, 0, 0.0)], 5.0)
     with pytest.raises(RuntimeError, match="simulating history failed"):
