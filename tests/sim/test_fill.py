@@ -157,7 +157,7 @@ def test_the_demo_writes_its_past_newest_hour_first_beside_the_live_collector(tm
 @pytest.fixture
 def plain_main(monkeypatch: pytest.MonkeyPatch) -> None:
     """A spawned child re-runs the parent's ``__main__``; in this process an earlier AppTest may have left
-    Streamlit's temporary script there. ``python -m sim history`` (the one caller of the child) has its own."""
+    Streamlit's temporary script there; ``python -m sim history`` (the child's one caller) has its own."""
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
 
 
