@@ -249,6 +249,57 @@ def _fleet_samples_background(
     return window.start_ts, window.end_ts, frame
 
 
+# -- the analysis pages: only the signals they use, read as columns ----------------------------------------
+def fleet_signals(
+    path: str,
+    now_ts: float,
+    range_s: float,
+    interval_s: float,
+    max_points: int,
+    signals: tuple[str, ...],
+    *,
+    recipes: bool = False,
+) -> tuple[TimeWindow, pd.DataFrame]:
+    """``fleet_samples`` restricted to ts, target, up, ``signals`` (and recipe_id if ``recipes``): the same
+    rows and values, read as columns. The Context, Capacity and Recipes pages use 4–8 of the 25 columns: a
+    1,000-server day of full frames cost seconds and hundreds of MB."""
+    if range_s <= _BACKGROUND_BEYOND_S:
+        window = quantised_window(now_ts, range_s, interval_s, max_points)
+        frame = _signals_live(path, window.start_ts, window.end_ts, max_points, signals, recipes)
+        return window, frame
+    start_ts, end_ts, frame = _signals_background(path, range_s, interval_s, max_points, signals, recipes)
+    return TimeWindow(start_ts, end_ts), frame
+
+
+def _signals_frame(
+    store: HistoryStore, window: TimeWindow, max_points: int, signals: tuple[str, ...], recipes: bool
+) -> pd.DataFrame:
+    if isinstance(store, SqliteStore):
+        columns = store.read_columns(window.start_ts, window.end_ts, signals, max_points, recipes=recipes)
+        return fleet_frames.frame_of_columns(columns)
+    # Another backend (Prometheus): its frame, cut to the same columns.
+    frame = store.read_samples(window.start_ts, window.end_ts, None, max_points)
+    return frame[["ts", "target", "up", *(["recipe_id"] if recipes else []), *signals]]
+
+
+# Few entries: a live window moves every interval, and each holds up to ~300 k rows at 1,000 servers.
+@st.cache_data(ttl=300, max_entries=8, show_spinner=False)
+def _signals_live(
+    path: str, start_ts: float, end_ts: float, max_points: int, signals: tuple[str, ...], recipes: bool
+) -> pd.DataFrame:
+    window = TimeWindow(start_ts, end_ts)
+    return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes))
+
+
+@st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+def _signals_background(
+    path: str, range_s: float, interval_s: float, max_points: int, signals: tuple[str, ...], recipes: bool
+) -> tuple[float, float, pd.DataFrame]:
+    window = quantised_window(time.time(), range_s, interval_s, max_points)
+    frame = reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes))
+    return window.start_ts, window.end_ts, frame
+
+
 # -- the Fleet chart: one small series, read as columns ------------------------------------------------------
 # Per store path, the Fleet chart's raw window (≤ 15 min, every target) kept between intervals: each new
 # interval reads only the rows written since (``RawTail``), not 15 minutes × every server again.
@@ -355,7 +406,7 @@ def sample_count(path: str, tick: int) -> int:
 def clear_interval_caches() -> None:
     """Forget every read keyed by the scrape interval, as a new interval does (the background cache and the
     raw windows kept in memory stay)."""
-    for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live):
+    for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live, _signals_live):
         cached.clear()
 
 

@@ -13,6 +13,20 @@ import pandas as pd
 
 from views.formatting import tokens_label
 
+# What the Context, Recipes and Capacity pages compute from history (``prepare``, ``fraction.summarize``,
+# ``confidence.window_means``, ``scaling.scaling_curve``), besides ts, target, up and recipe_id: the pages
+# read only these columns, and one read (same points) serves all three.
+ANALYSIS_SIGNALS: tuple[str, ...] = (
+    "accept_length",
+    "step_latency_s",
+    "running",
+    "avg_context_tokens",
+    "output_tok_s",
+    "per_request_tok_s",
+    "ttft_s",
+    "tpot_s",
+)
+
 # Context bins double from 1K tokens: acceptance decays per doubling of context, so equal-width bins in log2.
 CONTEXT_BIN_BASE_TOKENS = 1024.0
 

@@ -41,8 +41,14 @@ def render(ctx: PageContext) -> None:
     with blocks.store_errors():
         probe_views.context_block(ctx)  # measured on purpose, so drawn even when traffic gave no curve
     with blocks.store_errors():
-        window, history = data.fleet_samples(
-            ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, CONTEXT_POINTS
+        window, history = data.fleet_signals(
+            ctx.store_path,
+            ctx.now(),
+            ctx.range_s,
+            ctx.interval_s,
+            CONTEXT_POINTS,
+            sample_bins.ANALYSIS_SIGNALS,
+            recipes=True,
         )
         usable = prepare(history)
         if usable.empty:
