@@ -7,6 +7,7 @@ instead of a hung page. Cache keys carry quantised windows, so every tab shares 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import sqlite3
 import threading
@@ -249,6 +250,21 @@ def _fleet_samples_background(
     return window.start_ts, window.end_ts, frame
 
 
+# glibc keeps the heap a large read freed (a 1 h fleet read builds ~700 k raw rows before regrouping them to
+# 300 per target) and each reader thread has its own arena, so those peaks stacked up in the RSS. Handing
+# the free pages back after such a read costs a few ms.
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6")
+except OSError:  # not glibc (macOS, musl): nothing to hand back this way
+    _LIBC = None
+
+
+def release_freed_memory() -> None:
+    """Return the heap freed by the last large read to the OS (glibc ``malloc_trim``; no-op elsewhere)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
 # -- the analysis pages: only the signals they use, read as columns ----------------------------------------
 def fleet_signals(
     path: str,
@@ -276,14 +292,19 @@ def _signals_frame(
 ) -> pd.DataFrame:
     if isinstance(store, SqliteStore):
         columns = store.read_columns(window.start_ts, window.end_ts, signals, max_points, recipes=recipes)
-        return fleet_frames.frame_of_columns(columns)
+        frame = fleet_frames.frame_of_columns(columns)
+        del columns
+        release_freed_memory()
+        return frame
     # Another backend (Prometheus): its frame, cut to the same columns.
     frame = store.read_samples(window.start_ts, window.end_ts, None, max_points)
     return frame[["ts", "target", "up", *(["recipe_id"] if recipes else []), *signals]]
 
 
-# Few entries: a live window moves every interval, and each holds up to ~300 k rows at 1,000 servers.
-@st.cache_data(ttl=300, max_entries=8, show_spinner=False)
+# Kept as they are (cache_resource), not pickled: a pickled cache holds a second copy of every ~30 MB frame
+# and unpickles a third on every rerun. Pages never modify them (they filter, which copies). Few entries: a
+# live window moves every interval, and each holds up to ~300 k rows at 1,000 servers.
+@st.cache_resource(ttl=300, max_entries=4, show_spinner=False)
 def _signals_live(
     path: str, start_ts: float, end_ts: float, max_points: int, signals: tuple[str, ...], recipes: bool
 ) -> pd.DataFrame:
@@ -291,7 +312,7 @@ def _signals_live(
     return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes))
 
 
-@st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+@st.cache_resource(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
 def _signals_background(
     path: str, range_s: float, interval_s: float, max_points: int, signals: tuple[str, ...], recipes: bool
 ) -> tuple[float, float, pd.DataFrame]:
@@ -353,7 +374,10 @@ def fleet_series(path: str, now_ts: float, range_s: float, interval_s: float, po
 
 def _series_of(columns: SampleColumns, window: TimeWindow, points: int) -> tuple[pd.DataFrame, float]:
     series = fleet_frames.fleet_series_of(columns, window.start_ts, window.duration_s / points)
-    return series, float(columns.ts.min()) if len(columns) else math.nan
+    first_ts = float(columns.ts.min()) if len(columns) else math.nan
+    del columns
+    release_freed_memory()
+    return series, first_ts
 
 
 @st.cache_data(ttl=300, max_entries=64, show_spinner=False)
@@ -370,8 +394,9 @@ def _fleet_series_background(
     path: str, range_s: float, interval_s: float, points: int
 ) -> tuple[float, float, pd.DataFrame, float]:
     window = quantised_window(time.time(), range_s, interval_s, points)
-    columns = reader(path).call(lambda store: _fleet_columns(store, window, points, None))
-    series, first_ts = _series_of(columns, window, points)
+    series, first_ts = _series_of(
+        reader(path).call(lambda store: _fleet_columns(store, window, points, None)), window, points
+    )
     return window.start_ts, window.end_ts, series, first_ts
 
 
@@ -411,8 +436,11 @@ def clear_interval_caches() -> None:
 
 
 def clear_all_caches() -> None:
-    """Forget everything read, as a restarted process would (every ``st.cache_data`` and the raw windows)."""
+    """Forget everything read, as a restarted process would (every ``st.cache_data``, the frames kept as
+    resources and the raw windows)."""
     st.cache_data.clear()
+    _signals_live.clear()
+    _signals_background.clear()
     with _TAILS_LOCK:
         _TAILS.clear()
 
