@@ -288,10 +288,17 @@ def fleet_signals(
 
 
 def _signals_frame(
-    store: HistoryStore, window: TimeWindow, max_points: int, signals: tuple[str, ...], recipes: bool
+    store: HistoryStore,
+    window: TimeWindow,
+    max_points: int,
+    signals: tuple[str, ...],
+    recipes: bool,
+    tail: RawTail | None = None,
 ) -> pd.DataFrame:
     if isinstance(store, SqliteStore):
-        columns = store.read_columns(window.start_ts, window.end_ts, signals, max_points, recipes=recipes)
+        columns = store.read_columns(
+            window.start_ts, window.end_ts, signals, max_points, tail=tail, recipes=recipes
+        )
         frame = fleet_frames.frame_of_columns(columns)
         del columns
         release_freed_memory()
@@ -309,7 +316,9 @@ def _signals_live(
     path: str, start_ts: float, end_ts: float, max_points: int, signals: tuple[str, ...], recipes: bool
 ) -> pd.DataFrame:
     window = TimeWindow(start_ts, end_ts)
-    return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes))
+    # A raw window without recipes is topped up each interval (a tail holds no recipes).
+    tail = None if recipes else _tail(path, signals)
+    return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes, tail))
 
 
 @st.cache_resource(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
@@ -324,15 +333,16 @@ def _signals_background(
 # -- the Fleet chart: one small series, read as columns ------------------------------------------------------
 # Per store path, the Fleet chart's raw window (≤ 15 min, every target) kept between intervals: each new
 # interval reads only the rows written since (``RawTail``), not 15 minutes × every server again.
-_TAILS: dict[str, RawTail] = {}
+# The Capacity page's live trend (SATURATION_SIGNALS, no recipes) keeps a window of its own the same way.
+_TAILS: dict[tuple[str, tuple[str, ...]], RawTail] = {}
 _TAILS_LOCK = threading.Lock()
 
 
-def _tail(path: str) -> RawTail:
+def _tail(path: str, signals: tuple[str, ...] = fleet_frames.FLEET_SERIES_SIGNALS) -> RawTail:
     with _TAILS_LOCK:
-        found = _TAILS.get(path)
+        found = _TAILS.get((path, signals))
         if found is None:
-            found = _TAILS[path] = RawTail(fleet_frames.FLEET_SERIES_SIGNALS)
+            found = _TAILS[(path, signals)] = RawTail(signals)
         return found
 
 
