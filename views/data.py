@@ -316,8 +316,7 @@ def _signals_live(
     path: str, start_ts: float, end_ts: float, max_points: int, signals: tuple[str, ...], recipes: bool
 ) -> pd.DataFrame:
     window = TimeWindow(start_ts, end_ts)
-    # A raw window without recipes is topped up each interval (a tail holds no recipes).
-    tail = None if recipes else _tail(path, signals)
+    tail = _tail(path, signals, recipes)  # a raw window is topped up each interval
     return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes, tail))
 
 
@@ -333,16 +332,19 @@ def _signals_background(
 # -- the Fleet chart: one small series, read as columns ------------------------------------------------------
 # Per store path, the Fleet chart's raw window (≤ 15 min, every target) kept between intervals: each new
 # interval reads only the rows written since (``RawTail``), not 15 minutes × every server again.
-# The Capacity page's live trend (SATURATION_SIGNALS, no recipes) keeps a window of its own the same way.
-_TAILS: dict[tuple[str, tuple[str, ...]], RawTail] = {}
+# The analysis pages' 15 min reads (their signals and recipes; the Capacity trend's) keep windows of their own
+# the same way, once such a page was shown at 15 min (~20 MB at 1,000 servers for the analysis one).
+_TAILS: dict[tuple[str, tuple[str, ...], bool], RawTail] = {}
 _TAILS_LOCK = threading.Lock()
 
 
-def _tail(path: str, signals: tuple[str, ...] = fleet_frames.FLEET_SERIES_SIGNALS) -> RawTail:
+def _tail(
+    path: str, signals: tuple[str, ...] = fleet_frames.FLEET_SERIES_SIGNALS, recipes: bool = False
+) -> RawTail:
     with _TAILS_LOCK:
-        found = _TAILS.get((path, signals))
+        found = _TAILS.get((path, signals, recipes))
         if found is None:
-            found = _TAILS[(path, signals)] = RawTail(signals)
+            found = _TAILS[(path, signals, recipes)] = RawTail(signals, recipes=recipes)
         return found
 
 

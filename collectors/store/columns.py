@@ -309,9 +309,10 @@ class RawTail:
     changed (file replaced, VACUUM renumbered rows) reloads the window in full.
     """
 
-    def __init__(self, signals: Sequence[str]) -> None:
+    def __init__(self, signals: Sequence[str], *, recipes: bool = False) -> None:
         check_signals(signals)
         self.signals = tuple(signals)
+        self.recipes = recipes  # hold each row's recipe_id too
         self._lock = threading.Lock()
         self._held: SampleColumns | None = None
         self._rowid = np.empty(0, np.int64)
@@ -342,17 +343,19 @@ class RawTail:
 
     def _load(self, connection: sqlite3.Connection, start_ts: float) -> None:
         # Everything from the window's start on (rows stamped after its end too: the next window wants them).
-        cursor = connection.execute(f"{_raw_select(self.signals)} WHERE ts >= ?", (start_ts,))
+        select = _raw_select(self.signals, recipes=self.recipes)
+        cursor = connection.execute(f"{select} WHERE ts >= ?", (start_ts,))
         self.full_reads += 1
-        self._held, self._rowid = _raw_columns(cursor, self.signals)
+        self._held, self._rowid = _raw_columns(cursor, self.signals, recipes=self.recipes)
         self._start_ts = start_ts
         self._last = None
         self._remember_last(self._held, self._rowid)
 
     def _top_up(self, connection: sqlite3.Connection, start_ts: float) -> None:
         newest = -1 if self._last is None else self._last[0]
+        select = _raw_select(self.signals, recipes=self.recipes)
         new, new_rowid = _raw_columns(
-            connection.execute(f"{_raw_select(self.signals)} WHERE rowid > ?", (newest,)), self.signals
+            connection.execute(f"{select} WHERE rowid > ?", (newest,)), self.signals, recipes=self.recipes
         )
         self.tail_rows += len(new)
         held, rowid = self._held, self._rowid
@@ -396,6 +399,9 @@ def _merge(
         np.concatenate([held.up, new.up]),
         np.concatenate([held.weight, new.weight]),
         {name: np.concatenate([values, new.values[name]]) for name, values in held.values.items()},
+        None
+        if held.recipe_id is None or new.recipe_id is None
+        else np.concatenate([held.recipe_id, new.recipe_id]),
     )
     both = np.concatenate([rowid, new_rowid])
     order = np.argsort(merged.code, kind="stable")

@@ -256,3 +256,32 @@ def test_an_empty_analysis_read_is_an_empty_frame_with_its_columns(tmp_path: Pat
     assert list(got.columns) == ["ts", "target", "up", "recipe_id", *ANALYSIS]
     assert got.empty
     assert prepare(got).empty
+
+
+def test_a_tail_with_recipes_equals_the_full_frame_through_slides_new_targets_and_late_rows(
+    tmp_path: Path,
+) -> None:
+    from views.fleet_frames import frame_of_columns
+
+    s = SqliteStore(tmp_path / "h.sqlite")
+    targets = ["b", "a", "c"]
+    _analysis_cycles(s, 0, 12 * 20, targets)
+    tail = RawTail(ANALYSIS, recipes=True)
+
+    def same(start: float, end: float, points: int) -> None:
+        got = frame_of_columns(s.read_columns(start, end, ANALYSIS, points, tail=tail, recipes=True))
+        full = s.read_samples(start, end, None, points)[["ts", "target", "up", "recipe_id", *ANALYSIS]]
+        pd.testing.assert_frame_equal(got, full.reset_index(drop=True), check_exact=True)
+
+    for k in range(12 * 20, 12 * 20 + 15):  # the window slides, the recipe changes on the way
+        end = T0 + 5.0 * k
+        same(end - 900.0, end, 300)
+        same(end - 900.0, end, 40)  # regrouped: a bucket keeps its newest row's recipe
+        _analysis_cycles(s, k, k + 1, targets)
+    k = 12 * 20 + 15
+    s.append([_analysis_snap(3, "0-new", k), _analysis_snap(4, "ab", k)])  # new targets, sorting between
+    s.append([_analysis_snap(0, "c", k - 40)])  # a late row inside the window
+    end = T0 + 5.0 * k
+    same(end - 900.0, end + 5.0, 300)
+    same(end - 900.0, end + 5.0, 40)
+    assert tail.full_reads == 1
