@@ -7,6 +7,7 @@ instead of a hung page. Cache keys carry quantised windows, so every tab shares 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import sqlite3
 import threading
@@ -249,18 +250,101 @@ def _fleet_samples_background(
     return window.start_ts, window.end_ts, frame
 
 
+# glibc keeps the heap a large read freed (a 1 h fleet read builds ~700 k raw rows before regrouping them to
+# 300 per target) and each reader thread has its own arena, so those peaks stacked up in the RSS. Handing
+# the free pages back after such a read costs a few ms.
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6")
+except OSError:  # not glibc (macOS, musl): nothing to hand back this way
+    _LIBC = None
+
+
+def release_freed_memory() -> None:
+    """Return the heap freed by the last large read to the OS (glibc ``malloc_trim``; no-op elsewhere)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+# -- the analysis pages: only the signals they use, read as columns ----------------------------------------
+def fleet_signals(
+    path: str,
+    now_ts: float,
+    range_s: float,
+    interval_s: float,
+    max_points: int,
+    signals: tuple[str, ...],
+    *,
+    recipes: bool = False,
+) -> tuple[TimeWindow, pd.DataFrame]:
+    """``fleet_samples`` restricted to ts, target, up, ``signals`` (and recipe_id if ``recipes``): the same
+    rows and values, read as columns. The Context, Capacity and Recipes pages use 4–8 of the 25 columns: a
+    1,000-server day of full frames cost seconds and hundreds of MB."""
+    if range_s <= _BACKGROUND_BEYOND_S:
+        window = quantised_window(now_ts, range_s, interval_s, max_points)
+        frame = _signals_live(path, window.start_ts, window.end_ts, max_points, signals, recipes)
+        return window, frame
+    start_ts, end_ts, frame = _signals_background(path, range_s, interval_s, max_points, signals, recipes)
+    return TimeWindow(start_ts, end_ts), frame
+
+
+def _signals_frame(
+    store: HistoryStore,
+    window: TimeWindow,
+    max_points: int,
+    signals: tuple[str, ...],
+    recipes: bool,
+    tail: RawTail | None = None,
+) -> pd.DataFrame:
+    if isinstance(store, SqliteStore):
+        columns = store.read_columns(
+            window.start_ts, window.end_ts, signals, max_points, tail=tail, recipes=recipes
+        )
+        frame = fleet_frames.frame_of_columns(columns)
+        del columns
+        release_freed_memory()
+        return frame
+    # Another backend (Prometheus): its frame, cut to the same columns.
+    frame = store.read_samples(window.start_ts, window.end_ts, None, max_points)
+    return frame[["ts", "target", "up", *(["recipe_id"] if recipes else []), *signals]]
+
+
+# Kept as they are (cache_resource), not pickled: a pickled cache holds a second copy of every ~30 MB frame
+# and unpickles a third on every rerun. Pages never modify them (they filter, which copies). Few entries: a
+# live window moves every interval, and each holds up to ~300 k rows at 1,000 servers.
+@st.cache_resource(ttl=300, max_entries=4, show_spinner=False)
+def _signals_live(
+    path: str, start_ts: float, end_ts: float, max_points: int, signals: tuple[str, ...], recipes: bool
+) -> pd.DataFrame:
+    window = TimeWindow(start_ts, end_ts)
+    tail = _tail(path, signals, recipes)  # a raw window is topped up each interval
+    return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes, tail))
+
+
+@st.cache_resource(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+def _signals_background(
+    path: str, range_s: float, interval_s: float, max_points: int, signals: tuple[str, ...], recipes: bool
+) -> tuple[float, float, pd.DataFrame]:
+    window = quantised_window(time.time(), range_s, interval_s, max_points)
+    frame = reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes))
+    return window.start_ts, window.end_ts, frame
+
+
 # -- the Fleet chart: one small series, read as columns ------------------------------------------------------
 # Per store path, the Fleet chart's raw window (≤ 15 min, every target) kept between intervals: each new
 # interval reads only the rows written since (``RawTail``), not 15 minutes × every server again.
-_TAILS: dict[str, RawTail] = {}
+# The analysis pages' 15 min reads (their signals and recipes; the Capacity trend's) keep windows of their own
+# the same way, once such a page was shown at 15 min (~20 MB at 1,000 servers for the analysis one).
+_TAILS: dict[tuple[str, tuple[str, ...], bool], RawTail] = {}
 _TAILS_LOCK = threading.Lock()
 
 
-def _tail(path: str) -> RawTail:
+def _tail(
+    path: str, signals: tuple[str, ...] = fleet_frames.FLEET_SERIES_SIGNALS, recipes: bool = False
+) -> RawTail:
     with _TAILS_LOCK:
-        found = _TAILS.get(path)
+        found = _TAILS.get((path, signals, recipes))
         if found is None:
-            found = _TAILS[path] = RawTail(fleet_frames.FLEET_SERIES_SIGNALS)
+            found = _TAILS[(path, signals, recipes)] = RawTail(signals, recipes=recipes)
         return found
 
 
@@ -302,7 +386,10 @@ def fleet_series(path: str, now_ts: float, range_s: float, interval_s: float, po
 
 def _series_of(columns: SampleColumns, window: TimeWindow, points: int) -> tuple[pd.DataFrame, float]:
     series = fleet_frames.fleet_series_of(columns, window.start_ts, window.duration_s / points)
-    return series, float(columns.ts.min()) if len(columns) else math.nan
+    first_ts = float(columns.ts.min()) if len(columns) else math.nan
+    del columns
+    release_freed_memory()
+    return series, first_ts
 
 
 @st.cache_data(ttl=300, max_entries=64, show_spinner=False)
@@ -319,8 +406,9 @@ def _fleet_series_background(
     path: str, range_s: float, interval_s: float, points: int
 ) -> tuple[float, float, pd.DataFrame, float]:
     window = quantised_window(time.time(), range_s, interval_s, points)
-    columns = reader(path).call(lambda store: _fleet_columns(store, window, points, None))
-    series, first_ts = _series_of(columns, window, points)
+    series, first_ts = _series_of(
+        reader(path).call(lambda store: _fleet_columns(store, window, points, None)), window, points
+    )
     return window.start_ts, window.end_ts, series, first_ts
 
 
@@ -355,13 +443,16 @@ def sample_count(path: str, tick: int) -> int:
 def clear_interval_caches() -> None:
     """Forget every read keyed by the scrape interval, as a new interval does (the background cache and the
     raw windows kept in memory stay)."""
-    for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live):
+    for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live, _signals_live):
         cached.clear()
 
 
 def clear_all_caches() -> None:
-    """Forget everything read, as a restarted process would (every ``st.cache_data`` and the raw windows)."""
+    """Forget everything read, as a restarted process would (every ``st.cache_data``, the frames kept as
+    resources and the raw windows)."""
     st.cache_data.clear()
+    _signals_live.clear()
+    _signals_background.clear()
     with _TAILS_LOCK:
         _TAILS.clear()
 

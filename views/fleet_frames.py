@@ -300,3 +300,14 @@ def columns_of_frame(frame: pd.DataFrame, signals: Sequence[str]) -> SampleColum
         np.ones(len(frame), np.float64),
         {name: frame[name].to_numpy(dtype=np.float64) for name in signals},
     )
+
+
+def frame_of_columns(columns: SampleColumns) -> pd.DataFrame:
+    """Column reads as the sample frame ``read_samples`` gives, restricted to what was read: ts, target, up
+    (bool), recipe_id (when read) and the signals, in the same order and with the same values."""
+    frame = pd.DataFrame({"ts": columns.ts, "target": columns.target, "up": columns.up.astype(bool)})
+    if columns.recipe_id is not None:
+        frame["recipe_id"] = columns.recipe_id
+    for name, values in columns.values.items():
+        frame[name] = values
+    return frame

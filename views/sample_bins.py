@@ -6,12 +6,27 @@ Pure pandas, no streamlit: the Context, Recipes and Capacity pages compare like 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from views.formatting import tokens_label
+
+# What the Context, Recipes and Capacity pages compute from history (``prepare``, ``fraction.summarize``,
+# ``confidence.window_means``, ``scaling.scaling_curve``), besides ts, target, up and recipe_id: the pages
+# read only these columns, and one read (same points) serves all three.
+ANALYSIS_SIGNALS: tuple[str, ...] = (
+    "accept_length",
+    "step_latency_s",
+    "running",
+    "avg_context_tokens",
+    "output_tok_s",
+    "per_request_tok_s",
+    "ttft_s",
+    "tpot_s",
+)
 
 # Context bins double from 1K tokens: acceptance decays per doubling of context, so equal-width bins in log2.
 CONTEXT_BIN_BASE_TOKENS = 1024.0
@@ -19,10 +34,22 @@ CONTEXT_BIN_BASE_TOKENS = 1024.0
 
 def context_bin(tokens: pd.Series) -> pd.Series:
     """Label each average context with its doubling bin ("<1K", "1K–2K", "2K–4K", …); NaN stays NaN."""
-    index = pd.Series(
-        np.floor(np.log2(tokens.where(tokens > 0) / CONTEXT_BIN_BASE_TOKENS)), index=tokens.index
-    )
-    return index.map(lambda i: None if pd.isna(i) else context_bin_label(int(i))).astype("object")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        index = np.floor(np.log2(tokens.where(tokens > 0).to_numpy(np.float64) / CONTEXT_BIN_BASE_TOKENS))
+    return _labelled(index, tokens.index, lambda i: context_bin_label(int(i)))
+
+
+def _labelled(keys: npt.NDArray[np.float64], index: pd.Index, label: Callable[[float], str]) -> pd.Series:
+    """``label`` of each key (missing for NaN, as ``Series.map`` gave), computed once per distinct key: a
+    1,000-server day is ~300 k rows but a dozen bins, and a Python call per row cost ~0.3 s a column."""
+    known = ~np.isnan(keys)
+    # Series.map's own choice: NaN beside labels, None when no row has one.
+    out = np.full(len(keys), np.nan if known.any() else None, dtype=object)
+    distinct, slot = np.unique(keys[known], return_inverse=True)
+    labels = np.empty(len(distinct), dtype=object)
+    labels[:] = [label(float(key)) for key in distinct]
+    out[known] = labels[slot.reshape(-1)]
+    return pd.Series(out, index=index, dtype="object")
 
 
 def context_bin_label(index: int) -> str:
@@ -48,16 +75,18 @@ def context_bin_order(labels: Sequence[str]) -> list[str]:
 def concurrency_bin(running: pd.Series) -> pd.Series:
     """Label each running-request count with its bin ("1", "2", "3–4", "5–8", …); idle (0) and NaN → None."""
 
-    def label(value: float) -> str | None:
-        if pd.isna(value) or value < 0.5:
-            return None
-        n = round(value)
+    def label(rounded: float) -> str:
+        n = int(rounded)
         if n <= 2:
             return str(n)
         upper = 2 ** math.ceil(math.log2(n))
         return f"{upper // 2 + 1}–{upper}"
 
-    return running.map(label).astype("object")
+    values = running.to_numpy(np.float64)
+    with np.errstate(invalid="ignore"):
+        idle = np.isnan(values) | (values < 0.5)
+    # np.round, like round(), rounds halves to even (0.5 → 0, 2.5 → 2): the labels stay the per-row ones.
+    return _labelled(np.where(idle, np.nan, np.round(values)), running.index, label)
 
 
 def concurrency_bin_order(labels: Sequence[str]) -> list[str]:

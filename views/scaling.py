@@ -152,22 +152,39 @@ class Saturation:
 
 def time_to_bind(history: pd.DataFrame, binds_at: float, now_ts: float) -> list[Saturation]:
     """Per server and pool, the least-squares trend of usage over the last TREND_WINDOW_S and when it
-    reaches ``binds_at`` (also the request cap, as running ÷ cap)."""
+    reaches ``binds_at`` (also the request cap, as running ÷ cap).
+
+    In numpy per server (3,000 pandas selections of a 1,000-server fleet took ~4 s), on the same values in
+    the same order as ``rows[["ts", column]].dropna()`` gave, so every fit is the same to the last bit."""
     if history.empty:
         return []
-    recent = history[(history["ts"] >= now_ts - TREND_WINDOW_S) & history["up"].astype(bool)]
-    recent = recent.assign(
-        request_cap=recent["running"] / recent["max_running"].where(recent["max_running"] > 0)
-    )
+    keep = (history["ts"] >= now_ts - TREND_WINDOW_S).to_numpy() & history["up"].astype(bool).to_numpy()
+    recent = history[keep]
+    running = recent["running"].to_numpy(np.float64)
+    cap = recent["max_running"].to_numpy(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        request_cap = running / np.where(cap > 0, cap, np.nan)
+    pools = {
+        "state pool": recent["state_pool_usage"].to_numpy(np.float64),
+        "KV cache": recent["kv_usage"].to_numpy(np.float64),
+        "request cap": request_cap,
+    }
+    ts = recent["ts"].to_numpy(np.float64)
+    targets = recent["target"].to_numpy(dtype=object)
+    # groupby("target"): servers in name order, each server's rows in their order in the frame
+    names, codes = np.unique(targets.astype(str), return_inverse=True)
+    order = np.argsort(codes.reshape(-1), kind="stable")
+    bounds = np.searchsorted(codes.reshape(-1)[order], np.arange(len(names) + 1))
     out = []
-    pools = {"state pool": "state_pool_usage", "KV cache": "kv_usage", "request cap": "request_cap"}
-    for server, rows in recent.groupby("target"):
-        for pool, column in pools.items():
-            points = rows[["ts", column]].dropna()
-            if len(points) < MIN_SAMPLES:
+    for index, server in enumerate(names):
+        rows = order[bounds[index] : bounds[index + 1]]
+        for pool, values in pools.items():
+            picked = rows[~np.isnan(values[rows])]
+            if len(picked) < MIN_SAMPLES:
                 continue
-            slope_per_s, _ = np.polyfit(points["ts"] - now_ts, points[column], 1)
-            usage = float(points.sort_values("ts")[column].iloc[-1])
+            x, y = ts[picked], values[picked]
+            slope_per_s, _ = np.polyfit(x - now_ts, y, 1)
+            usage = float(y[np.argsort(x, kind="quicksort")[-1]])  # sort_values("ts")'s last row
             if usage >= binds_at:
                 binds: float | None = 0.0
             elif slope_per_s > 0:

@@ -41,7 +41,8 @@ class SampleColumns:
     ``code`` numbers the targets in name order (rows of one target are one run of equal codes: integer
     comparisons find the runs, not string ones). ``up`` is 1.0 / 0.0 (a regrouped bucket is up only if all its
     rows were); ``weight`` is how many scrapes a row stands for; ``values`` holds the requested signals (NaN =
-    unknown).
+    unknown); ``recipe_id``, when asked for, each row's recipe (None = unknown; a regrouped bucket keeps its
+    newest row's, as ``read_samples`` does).
     """
 
     target: ObjectArray
@@ -50,15 +51,22 @@ class SampleColumns:
     up: FloatArray
     weight: FloatArray
     values: dict[str, FloatArray]
+    recipe_id: ObjectArray | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
 
 
-def empty_columns(signals: Sequence[str]) -> SampleColumns:
+def empty_columns(signals: Sequence[str], *, recipes: bool = False) -> SampleColumns:
     nothing = np.empty(0, np.float64)
     return SampleColumns(
-        np.empty(0, object), np.empty(0, np.int64), nothing, nothing, nothing, {n: nothing for n in signals}
+        np.empty(0, object),
+        np.empty(0, np.int64),
+        nothing,
+        nothing,
+        nothing,
+        {n: nothing for n in signals},
+        np.empty(0, object) if recipes else None,
     )
 
 
@@ -85,11 +93,15 @@ def read_tier(
     end_ts: float,
     signals: Sequence[str],
     targets: Sequence[str] | None,
+    *,
+    recipes: bool = False,
 ) -> SampleColumns:
-    """Bucket means of ``signals`` from one tier, every target (or ``targets``), in [start_ts, end_ts]."""
+    """Bucket means of ``signals`` from one tier, every target (or ``targets``), in [start_ts, end_ts]
+    (and each bucket's recipe if ``recipes``)."""
     check_signals(signals)
     means = "".join(f", t.{name}_sum / NULLIF(t.{name}_n, 0)" for name in signals)
-    picked = f"SELECT t.target, t.ts_sum / t.n, t.up_n = t.n, t.n{means}"
+    recipe = ", t.recipe_id" if recipes else ""
+    picked = f"SELECT t.target{recipe}, t.ts_sum / t.n, t.up_n = t.n, t.n{means}"
     if targets is None:
         sql = (
             _distinct_targets_cte(tier.table) + f"{picked} FROM names CROSS JOIN {tier.table} AS t "
@@ -103,9 +115,9 @@ def read_tier(
             "AND t.bucket_ts >= ? AND t.bucket_ts <= ? ORDER BY t.target, t.bucket_ts"
         )
         params = [*targets, start_ts, end_ts]
-    target, numeric = _fetch(connection.execute(sql, params), 3 + len(signals))
+    target, texts, numeric = _fetch(connection.execute(sql, params), 3 + len(signals), 1 if recipes else 0)
     if len(target) == 0:
-        return empty_columns(signals)
+        return empty_columns(signals, recipes=recipes)
     columns = SampleColumns(
         target,
         target_codes(target),
@@ -113,6 +125,7 @@ def read_tier(
         numeric[1],
         numeric[2],
         {name: numeric[3 + i] for i, name in enumerate(signals)},
+        texts[0] if recipes else None,
     )
     # The skip-scan yields target, then bucket order; a planner that chose otherwise costs a sort, not a bug.
     if not _is_sorted(columns.code, columns.ts):
@@ -123,27 +136,41 @@ def read_tier(
 _CHUNK_ROWS = 4_096
 
 
-def _fetch(cursor: sqlite3.Cursor, numeric_columns: int) -> tuple[ObjectArray, list[FloatArray]]:
-    """A result of (target, *numbers) rows as a target column and one float array per number, a chunk at a
-    time.
+def _fetch(
+    cursor: sqlite3.Cursor, numeric_columns: int, text_columns: int = 0
+) -> tuple[ObjectArray, list[ObjectArray], list[FloatArray]]:
+    """A result of (target, *texts, *numbers) rows as a target column, one object array per text (None
+    kept) and one float array per number, a chunk at a time.
 
     ``fetchall`` of 180 k rows holds ~70 MB of tuples and floats at once (and the allocator keeps the peak);
     chunks keep that to one chunk's worth, and building column by column never holds the rows twice. Each
-    target name is one string object, not one per row.
+    target name (and each recipe id) is one string object, not one per row.
     """
     names: dict[str, str] = {}
     targets: list[str] = []
+    texts: list[list[str | None]] = [[] for _ in range(text_columns)]
+    first = 1 + text_columns
     parts: list[list[FloatArray]] = [[] for _ in range(numeric_columns)]
     while rows := cursor.fetchmany(_CHUNK_ROWS):
         targets.extend([names.setdefault(row[0], row[0]) for row in rows])
-        block = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), numeric_columns)
+        for index, text in enumerate(texts, start=1):
+            text.extend(
+                [None if row[index] is None else names.setdefault(row[index], row[index]) for row in rows]
+            )
+        block = np.array([row[first:] for row in rows], dtype=np.float64).reshape(len(rows), numeric_columns)
         for index, column in enumerate(parts):
             column.append(block[:, index].copy())
     numbers: list[FloatArray] = []
     for index in range(numeric_columns):
         numbers.append(np.concatenate(parts[index]) if parts[index] else np.empty(0, np.float64))
         parts[index] = []  # this column's chunks go before the next column is joined
-    return np.array(targets, dtype=object), numbers
+    return np.array(targets, dtype=object), [_objects(text) for text in texts], numbers
+
+
+def _objects(values: list[str | None]) -> ObjectArray:
+    found = np.empty(len(values), dtype=object)
+    found[:] = values
+    return found
 
 
 def _is_sorted(code: IntArray, ts: FloatArray, rowid: IntArray | None = None) -> bool:
@@ -175,6 +202,7 @@ def take(columns: SampleColumns, index: npt.NDArray[np.intp] | npt.NDArray[np.bo
         columns.up[index],
         columns.weight[index],
         {name: values[index] for name, values in columns.values.items()},
+        None if columns.recipe_id is None else columns.recipe_id[index],
     )
 
 
@@ -194,6 +222,7 @@ def regroup(columns: SampleColumns, start_ts: float, bucket_s: float) -> SampleC
     if len(columns) == 0:
         return columns
     starts = runs(columns.code, np.floor((columns.ts - start_ts) / bucket_s))
+    ends = np.r_[starts[1:], len(columns)] - 1
     weight = columns.weight
     total = np.add.reduceat(weight, starts)
     values: dict[str, FloatArray] = {}
@@ -210,6 +239,7 @@ def regroup(columns: SampleColumns, start_ts: float, bucket_s: float) -> SampleC
         np.minimum.reduceat(columns.up, starts),
         total,
         values,
+        None if columns.recipe_id is None else columns.recipe_id[ends],  # the bucket's newest, as reads.py
     )
 
 
@@ -225,27 +255,34 @@ def read_raw(
     end_ts: float,
     signals: Sequence[str],
     targets: Sequence[str] | None,
+    *,
+    recipes: bool = False,
 ) -> SampleColumns:
-    """Raw rows of ``signals`` in [start_ts, end_ts], every target (or ``targets``)."""
+    """Raw rows of ``signals`` in [start_ts, end_ts], every target (or ``targets``), with their recipe if
+    ``recipes``."""
     check_signals(signals)
     where = "ts >= ? AND ts <= ?"
     params: list[object] = [start_ts, end_ts]
     if targets is not None:
         where += f" AND target IN ({', '.join('?' for _ in targets)})"
         params.extend(targets)
-    return _raw_columns(connection.execute(f"{_raw_select(signals)} WHERE {where}", params), signals)[0]
+    cursor = connection.execute(f"{_raw_select(signals, recipes=recipes)} WHERE {where}", params)
+    return _raw_columns(cursor, signals, recipes=recipes)[0]
 
 
-def _raw_select(signals: Sequence[str]) -> str:
-    return f"SELECT target, ts, up, rowid{''.join(', ' + name for name in signals)} FROM samples"
+def _raw_select(signals: Sequence[str], *, recipes: bool = False) -> str:
+    recipe = ", recipe_id" if recipes else ""
+    return f"SELECT target{recipe}, ts, up, rowid{''.join(', ' + name for name in signals)} FROM samples"
 
 
-def _raw_columns(cursor: sqlite3.Cursor, signals: Sequence[str]) -> tuple[SampleColumns, IntArray]:
-    """Rows (target, ts, up, rowid, *signals) as columns ordered by target, time, rowid (the order of the
-    (target, ts) index a full read walks), and their rowids."""
-    target, numbers = _fetch(cursor, 3 + len(signals))
+def _raw_columns(
+    cursor: sqlite3.Cursor, signals: Sequence[str], *, recipes: bool = False
+) -> tuple[SampleColumns, IntArray]:
+    """Rows (target, [recipe_id,] ts, up, rowid, *signals) as columns ordered by target, time, rowid (the
+    order of the (target, ts) index a full read walks), and their rowids."""
+    target, texts, numbers = _fetch(cursor, 3 + len(signals), 1 if recipes else 0)
     if len(target) == 0:
-        return empty_columns(signals), np.empty(0, np.int64)
+        return empty_columns(signals, recipes=recipes), np.empty(0, np.int64)
     rowid = numbers[2].astype(np.int64)  # exact: rowids stay far below 2**53
     code = target_codes(target)
     order = np.lexsort((rowid, numbers[0], code))
@@ -258,6 +295,7 @@ def _raw_columns(cursor: sqlite3.Cursor, signals: Sequence[str]) -> tuple[Sample
         numbers[1],
         np.ones(len(target), np.float64),
         {name: numbers[3 + i] for i, name in enumerate(signals)},
+        texts[0][order] if recipes else None,
     )
     return columns, rowid[order]
 
@@ -271,9 +309,10 @@ class RawTail:
     changed (file replaced, VACUUM renumbered rows) reloads the window in full.
     """
 
-    def __init__(self, signals: Sequence[str]) -> None:
+    def __init__(self, signals: Sequence[str], *, recipes: bool = False) -> None:
         check_signals(signals)
         self.signals = tuple(signals)
+        self.recipes = recipes  # hold each row's recipe_id too
         self._lock = threading.Lock()
         self._held: SampleColumns | None = None
         self._rowid = np.empty(0, np.int64)
@@ -304,17 +343,19 @@ class RawTail:
 
     def _load(self, connection: sqlite3.Connection, start_ts: float) -> None:
         # Everything from the window's start on (rows stamped after its end too: the next window wants them).
-        cursor = connection.execute(f"{_raw_select(self.signals)} WHERE ts >= ?", (start_ts,))
+        select = _raw_select(self.signals, recipes=self.recipes)
+        cursor = connection.execute(f"{select} WHERE ts >= ?", (start_ts,))
         self.full_reads += 1
-        self._held, self._rowid = _raw_columns(cursor, self.signals)
+        self._held, self._rowid = _raw_columns(cursor, self.signals, recipes=self.recipes)
         self._start_ts = start_ts
         self._last = None
         self._remember_last(self._held, self._rowid)
 
     def _top_up(self, connection: sqlite3.Connection, start_ts: float) -> None:
         newest = -1 if self._last is None else self._last[0]
+        select = _raw_select(self.signals, recipes=self.recipes)
         new, new_rowid = _raw_columns(
-            connection.execute(f"{_raw_select(self.signals)} WHERE rowid > ?", (newest,)), self.signals
+            connection.execute(f"{select} WHERE rowid > ?", (newest,)), self.signals, recipes=self.recipes
         )
         self.tail_rows += len(new)
         held, rowid = self._held, self._rowid
@@ -358,6 +399,9 @@ def _merge(
         np.concatenate([held.up, new.up]),
         np.concatenate([held.weight, new.weight]),
         {name: np.concatenate([values, new.values[name]]) for name, values in held.values.items()},
+        None
+        if held.recipe_id is None or new.recipe_id is None
+        else np.concatenate([held.recipe_id, new.recipe_id]),
     )
     both = np.concatenate([rowid, new_rowid])
     order = np.argsort(merged.code, kind="stable")

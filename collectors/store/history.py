@@ -355,19 +355,26 @@ class SqliteStore:
         max_points: int = 2000,
         targets: Sequence[str] | None = None,
         tail: RawTail | None = None,
+        *,
+        recipes: bool = False,
     ) -> SampleColumns:
         """What ``read_samples`` reads, as numpy columns of only ``signals`` (``columns.py``): the same tier,
         means, regrouping and order. ``tail`` (its signals = ``signals``) keeps a fleet-wide raw window in
-        memory between calls and reads only the rows written since."""
+        memory between calls and reads only the rows written since; ``recipes`` adds each row's recipe_id
+        (the tail's ``recipes`` must match)."""
         try:
             connection = self._connect()
             tier = pick_tier(end_ts - start_ts, max_points, self._oldest(), start_ts)
             if tier is not None:
-                found = read_tier(connection, tier, start_ts, end_ts, signals, targets)
-            elif tail is not None and targets is None and tuple(signals) == tail.signals:
+                found = read_tier(connection, tier, start_ts, end_ts, signals, targets, recipes=recipes)
+            elif (
+                tail is not None
+                and targets is None
+                and (tuple(signals), recipes) == (tail.signals, tail.recipes)
+            ):
                 found = tail.read(connection, start_ts, end_ts)
             else:
-                found = read_raw(connection, start_ts, end_ts, signals, targets)
+                found = read_raw(connection, start_ts, end_ts, signals, targets, recipes=recipes)
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
         if most_rows_per_target(found) > max_points:

@@ -181,3 +181,107 @@ def test_latest_rows_make_the_same_frame_as_latest_snapshots(store: SqliteStore)
         expected = snapshots_frame(store.latest(since))
         pd.testing.assert_frame_equal(latest_rows_frame(store.latest_rows(since)), expected)
     assert len(snapshots_frame(store.latest(None))) == 5
+
+
+# -- the analysis pages' reads: their signals and each row's recipe, as the frame they replace --------------
+ANALYSIS = (
+    "accept_length",
+    "step_latency_s",
+    "running",
+    "avg_context_tokens",
+    "output_tok_s",
+    "per_request_tok_s",
+    "ttft_s",
+    "tpot_s",
+    "max_running",
+    "state_pool_usage",
+    "kv_usage",
+)
+
+
+def _analysis_snap(i: int, target: str, k: int) -> TargetSnapshot:
+    value = _value(i, k)
+    up = (i + k) % 23 != 0
+    signals = {name: None if value is None else value * (n + 1) for n, name in enumerate(ANALYSIS)}
+    # the recipe changes every 7 minutes, unknown now and then: a regrouped bucket keeps its newest row's
+    recipe = None if (i + k) % 19 == 0 else f"r-{(k // 84 + i) % 3}"
+    return TargetSnapshot(
+        target, T0 + 5.0 * k, up, None if up else "refused", Signals(**signals), recipe, "east", 0.004
+    )
+
+
+def _analysis_cycles(store: SqliteStore, first: int, last: int, targets: list[str]) -> None:
+    for k in range(first, last):
+        store.append([_analysis_snap(i, t, k) for i, t in enumerate(targets)])
+
+
+def _same_frame(store: SqliteStore, start: float, end: float, points: int) -> None:
+    from views.fleet_frames import frame_of_columns
+    from views.sample_bins import prepare
+
+    got = frame_of_columns(store.read_columns(start, end, ANALYSIS, points, recipes=True))
+    full = store.read_samples(start, end, None, points)
+    expected = full[["ts", "target", "up", "recipe_id", *ANALYSIS]]
+    assert len(got) > 0
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    # and what the pages compute from it: the bins and recipe labels of every usable row
+    pd.testing.assert_frame_equal(prepare(got), prepare(full)[list(prepare(got).columns)], check_exact=True)
+
+
+@pytest.mark.parametrize(("range_s", "points"), [(900.0, 300), (1800.0, 120), (1800.0, 40), (600.0, 7)])
+def test_analysis_reads_equal_the_full_frame_from_raw_rows(
+    tmp_path: Path, range_s: float, points: int
+) -> None:
+    s = SqliteStore(tmp_path / "h.sqlite")
+    _analysis_cycles(s, 0, 12 * 30, ["b", "a", "c"])
+    end = T0 + 5.0 * 12 * 30
+    _same_frame(s, end - range_s, end, points)
+
+
+def test_analysis_reads_equal_the_full_frame_from_tiers(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "h.sqlite")
+    _analysis_cycles(s, 0, 12 * 60 * 3, [f"t{i:02d}" for i in range(5)])  # 3 h
+    s.prune(0.0, raw_older_than_ts=T0 + 2.5 * 3600)  # raw rows gone before the last half hour: tiers serve
+    end = T0 + 3 * 3600.0
+    for range_s, points in ((3 * 3600.0, 300), (3 * 3600.0, 20), (2 * 3600.0, 120), (3 * 3600.0, 7)):
+        _same_frame(s, end - range_s, end, points)
+
+
+def test_an_empty_analysis_read_is_an_empty_frame_with_its_columns(tmp_path: Path) -> None:
+    from views.fleet_frames import frame_of_columns
+    from views.sample_bins import prepare
+
+    s = SqliteStore(tmp_path / "h.sqlite")
+    got = frame_of_columns(s.read_columns(T0, T0 + 900.0, ANALYSIS, 300, recipes=True))
+    assert list(got.columns) == ["ts", "target", "up", "recipe_id", *ANALYSIS]
+    assert got.empty
+    assert prepare(got).empty
+
+
+def test_a_tail_with_recipes_equals_the_full_frame_through_slides_new_targets_and_late_rows(
+    tmp_path: Path,
+) -> None:
+    from views.fleet_frames import frame_of_columns
+
+    s = SqliteStore(tmp_path / "h.sqlite")
+    targets = ["b", "a", "c"]
+    _analysis_cycles(s, 0, 12 * 20, targets)
+    tail = RawTail(ANALYSIS, recipes=True)
+
+    def same(start: float, end: float, points: int) -> None:
+        got = frame_of_columns(s.read_columns(start, end, ANALYSIS, points, tail=tail, recipes=True))
+        full = s.read_samples(start, end, None, points)[["ts", "target", "up", "recipe_id", *ANALYSIS]]
+        pd.testing.assert_frame_equal(got, full.reset_index(drop=True), check_exact=True)
+
+    for k in range(12 * 20, 12 * 20 + 15):  # the window slides, the recipe changes on the way
+        end = T0 + 5.0 * k
+        same(end - 900.0, end, 300)
+        same(end - 900.0, end, 40)  # regrouped: a bucket keeps its newest row's recipe
+        _analysis_cycles(s, k, k + 1, targets)
+    k = 12 * 20 + 15
+    s.append([_analysis_snap(3, "0-new", k), _analysis_snap(4, "ab", k)])  # new targets, sorting between
+    s.append([_analysis_snap(0, "c", k - 40)])  # a late row inside the window
+    end = T0 + 5.0 * k
+    same(end - 900.0, end + 5.0, 300)
+    same(end - 900.0, end + 5.0, 40)
+    assert tail.full_reads == 1

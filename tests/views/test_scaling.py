@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from views.fraction import MIN_SAMPLES
 from views.scaling import (
     KNEE_ELASTICITY,
+    TREND_HORIZON_S,
+    TREND_WINDOW_S,
+    Saturation,
     elasticities,
     find_knee,
     knee_verdict,
@@ -73,3 +78,52 @@ def test_time_to_bind_extrapolates_the_recent_trend() -> None:
     assert row["binds_first"] == "state pool"
     assert row["binds_in_min"] == pytest.approx(0.20 / 0.72 * 60, rel=0.01)
     assert row["KV cache"].startswith("10% (+0 pts/h)")
+
+
+def _time_to_bind_per_group(history: pd.DataFrame, binds_at: float, now_ts: float) -> list[Saturation]:
+    """The pandas version time_to_bind replaced (the reference its numbers must equal)."""
+    if history.empty:
+        return []
+    recent = history[(history["ts"] >= now_ts - TREND_WINDOW_S) & history["up"].astype(bool)]
+    recent = recent.assign(
+        request_cap=recent["running"] / recent["max_running"].where(recent["max_running"] > 0)
+    )
+    out = []
+    pools = {"state pool": "state_pool_usage", "KV cache": "kv_usage", "request cap": "request_cap"}
+    for server, rows in recent.groupby("target"):
+        for pool, column in pools.items():
+            points = rows[["ts", column]].dropna()
+            if len(points) < MIN_SAMPLES:
+                continue
+            slope_per_s, _ = np.polyfit(points["ts"] - now_ts, points[column], 1)
+            usage = float(points.sort_values("ts")[column].iloc[-1])
+            if usage >= binds_at:
+                binds: float | None = 0.0
+            elif slope_per_s > 0:
+                eta = (binds_at - usage) / slope_per_s
+                binds = float(eta) if eta <= TREND_HORIZON_S else None
+            else:
+                binds = None
+            out.append(Saturation(str(server), pool, usage, float(slope_per_s) * 3600.0, binds))
+    return out
+
+
+def test_time_to_bind_equals_the_per_group_pandas_version() -> None:
+    rng = np.random.default_rng(11)
+    n = 8000
+    now = 1_700_000_000.0
+    history = pd.DataFrame(
+        {
+            "ts": now - rng.choice(np.arange(0.0, 2400.0, 5.0), n),  # ties, rows older than the window
+            "target": rng.choice([f"k3-{i:03d}" for i in range(60)], n),
+            "up": rng.random(n) > 0.05,
+            "running": np.where(rng.random(n) > 0.1, rng.uniform(0, 60, n), np.nan),
+            "max_running": rng.choice([48.0, 0.0, np.nan, 64.0], n),
+            "state_pool_usage": np.where(rng.random(n) > 0.2, rng.uniform(0.5, 1.0, n), np.nan),
+            "kv_usage": np.where(rng.random(n) > 0.2, rng.uniform(0.0, 0.5, n), np.nan),
+        }
+    )
+    for frame in (history, history.sort_values(["target", "ts"], kind="stable"), history.iloc[:40]):
+        assert time_to_bind(frame, 0.9, now) == _time_to_bind_per_group(frame, 0.9, now)
+    assert time_to_bind(history.iloc[:0], 0.9, now) == []
+    assert time_to_bind(history.assign(up=False), 0.9, now) == []

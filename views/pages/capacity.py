@@ -14,8 +14,10 @@ from views import analysis_charts, blocks, chart_style, data, formatting, fracti
 from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
-from views.sample_bins import prepare
+from views.sample_bins import ANALYSIS_SIGNALS, prepare
 
+# What scaling.time_to_bind reads besides ts, target and up.
+SATURATION_SIGNALS: tuple[str, ...] = ("running", "max_running", "state_pool_usage", "kv_usage")
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
 
@@ -178,7 +180,15 @@ def _scaling(ctx: PageContext) -> None:
         "rate against running requests, with TTFT and TPOT at each level. The knee is where the gain per "
         "added request falls the most (the curve bends hardest)."
     )
-    _, history = data.fleet_samples(ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, SCALING_POINTS)
+    _, history = data.fleet_signals(
+        ctx.store_path,
+        ctx.now(),
+        ctx.range_s,
+        ctx.interval_s,
+        SCALING_POINTS,
+        ANALYSIS_SIGNALS,
+        recipes=True,
+    )
     usable = prepare(history)
     curves = (
         {
@@ -246,7 +256,9 @@ SCALING_COLUMNS = {
 
 def _saturation(ctx: PageContext, now_ts: float) -> None:
     """When each pool binds at the trend of the last 30 minutes (servers whose pools are rising first)."""
-    _, history = data.fleet_samples(ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, 120)
+    _, history = data.fleet_signals(
+        ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, 120, SATURATION_SIGNALS
+    )
     found = scaling.time_to_bind(history, BINDS_AT, now_ts)
     frame = scaling.saturation_frame(found)
     soon = frame[frame["binds_in_min"].notna()]

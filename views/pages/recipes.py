@@ -37,7 +37,15 @@ def render(ctx: PageContext) -> None:
     with blocks.store_errors():
         probe_views.recipes_block(ctx)  # same prompt length for every recipe: the fairest comparison
     with blocks.store_errors():
-        _, history = data.fleet_samples(ctx.store_path, ctx.now(), ctx.range_s, ctx.interval_s, RECIPE_POINTS)
+        _, history = data.fleet_signals(
+            ctx.store_path,
+            ctx.now(),
+            ctx.range_s,
+            ctx.interval_s,
+            RECIPE_POINTS,
+            sample_bins.ANALYSIS_SIGNALS,
+            recipes=True,
+        )
         usable = prepare(history)
         if usable.empty:
             blocks.explain_no_samples(ctx, "recipe samples")

@@ -1,0 +1,105 @@
+"""``data.fleet_signals``' frame: the same from the SQLite column read as from another backend's frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collectors.model import Signals, TargetSnapshot
+from collectors.store.history import SqliteStore
+from views import data
+from views.page_context import TimeWindow
+from views.sample_bins import ANALYSIS_SIGNALS
+
+T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
+
+
+class _OtherBackend:
+    """A history backend that is not the SQLite store (as Prometheus is): only ``read_samples``."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def read_samples(
+        self, start_ts: float, end_ts: float, targets: list[str] | None = None, max_points: int = 2000
+    ) -> pd.DataFrame:
+        return self._store.read_samples(start_ts, end_ts, targets, max_points)
+
+
+@pytest.mark.parametrize("recipes", [True, False])
+@pytest.mark.parametrize(("range_s", "points"), [(900.0, 300), (1800.0, 40)])
+def test_fleet_signals_frame_is_the_same_from_any_backend(
+    tmp_path: Path, recipes: bool, range_s: float, points: int
+) -> None:
+    store = SqliteStore(tmp_path / "h.sqlite")
+    for k in range(12 * 30):
+        store.append(
+            [
+                TargetSnapshot(
+                    name,
+                    T0 + 5.0 * k,
+                    (k + i) % 11 != 0,
+                    None,
+                    Signals(
+                        **{
+                            s: None if (k + i) % 7 == 0 else k * (i + 1) + n
+                            for n, s in enumerate(ANALYSIS_SIGNALS)
+                        }
+                    ),
+                    None if k % 13 == 0 else f"r-{(k // 60 + i) % 2}",
+                    "east",
+                    0.004,
+                )
+                for i, name in enumerate(["b", "a", "c"])
+            ]
+        )
+    end = T0 + 5.0 * 12 * 30
+    window = TimeWindow(end - range_s, end)
+    got = data._signals_frame(store, window, points, ANALYSIS_SIGNALS, recipes)
+    other = data._signals_frame(_OtherBackend(store), window, points, ANALYSIS_SIGNALS, recipes)  # type: ignore[arg-type]
+    assert list(got.columns) == ["ts", "target", "up", *(["recipe_id"] if recipes else []), *ANALYSIS_SIGNALS]
+    assert len(got) > 0
+    pd.testing.assert_frame_equal(got, other.reset_index(drop=True), check_exact=True)
+
+
+def test_a_live_trend_read_through_a_raw_tail_equals_a_full_read(tmp_path: Path) -> None:
+    from collectors.store.columns import RawTail
+    from views.pages.capacity import SATURATION_SIGNALS
+
+    store = SqliteStore(tmp_path / "h.sqlite")
+    tail = RawTail(SATURATION_SIGNALS)
+
+    def cycle(k: int) -> None:
+        store.append(
+            [
+                TargetSnapshot(
+                    name,
+                    T0 + 5.0 * k,
+                    True,
+                    None,
+                    Signals(
+                        **{
+                            s: None if (k + i) % 5 == 0 else k + i + n
+                            for n, s in enumerate(SATURATION_SIGNALS)
+                        }
+                    ),
+                    "r-1",
+                    "east",
+                    0.004,
+                )
+                for i, name in enumerate(["b", "a"])
+            ]
+        )
+
+    for k in range(200):
+        cycle(k)
+    for k in range(200, 230):  # the window slides with each cycle, the tail reads only the new rows
+        end = T0 + 5.0 * k
+        window = TimeWindow(end - 900.0, end)
+        got = data._signals_frame(store, window, 120, SATURATION_SIGNALS, False, tail)
+        full = data._signals_frame(store, window, 120, SATURATION_SIGNALS, False)
+        pd.testing.assert_frame_equal(got, full, check_exact=True)
+        cycle(k)
+    assert tail.full_reads == 1
