@@ -83,6 +83,9 @@ class ScrapeLoop:
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
+                # Every request runs under the caller's asyncio.timeout (the whole-request deadline):
+                # aiohttp's own default (300 s total) would only add a timer per request.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 headers={"User-Agent": USER_AGENT},
                 trust_env=False,
