@@ -320,7 +320,8 @@ def derive_signals(
         # Keep what the next completion-counted rate may need: back to the newest state a full window old.
         kept: list[CounterState] = []
         for earlier in (previous, *previous.older):
-            kept.append(CounterState(earlier.ts, earlier.values))
+            # The earlier states were stored without their own history: reused as they are, not rebuilt.
+            kept.append(earlier if not earlier.older else CounterState(earlier.ts, earlier.values))
             if ts - earlier.ts >= COMPLETION_WINDOW_S:
                 break
         older = tuple(kept)

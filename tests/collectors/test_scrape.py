@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 from collections.abc import Callable
@@ -207,3 +208,30 @@ def test_a_cycle_of_many_targets_starts_no_thread_per_target(loopback: Start) ->
 def _client_threads() -> set[threading.Thread]:
     """This process's threads but the loopback servers' (one per connection)."""
     return {t for t in threading.enumerate() if "process_request" not in t.name}
+
+
+# -- gzip through ISA-L (aiohttp's zlib backend, collectors/transport.py) ------------------------------------
+def test_gzip_bodies_read_through_isal_the_same_as_plain(loopback: Start) -> None:
+    body, _ = render(Load())
+    for level in (1, 6, 9):  # the sim compresses at 1, prometheus_client at 9
+        server = loopback(
+            {"/metrics": reply(gzip.compress(body, level), headers={"Content-Encoding": "gzip"})}
+        )
+        exposition, fetched = scrape_metrics(fetcher(), target("gz", server.url))
+        assert fetched.body == body
+        assert exposition.values["sglang:num_running_reqs"] == 41.0
+
+
+def test_a_body_that_does_not_gunzip_is_refused_in_words(loopback: Start) -> None:
+    server = loopback(
+        {"/metrics": reply(b"\x1f\x8b\x08\x00not gzip at all", headers={"Content-Encoding": "gzip"})}
+    )
+    with pytest.raises(BadExposition, match="does not decompress"):
+        scrape_metrics(fetcher(), target("badgz", server.url))
+
+
+def test_the_size_cap_counts_gunzipped_bytes(loopback: Start) -> None:
+    bomb = gzip.compress(b"sglang:num_running_reqs 1\n" + b"#" * 4_000_000 + b"\n", 9)  # ~4 KB on the wire
+    server = loopback({"/metrics": reply(bomb, headers={"Content-Encoding": "gzip"})})
+    with pytest.raises(Oversize, match="max_body_bytes"):
+        scrape_metrics(fetcher(max_body_bytes=1_000_000), target("bomb", server.url))
