@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collectors.errors import StoreError
-from collectors.model import SIGNAL_NAMES, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.model import TargetSnapshot
+from collectors.store.history import SqliteStore, sample_row
 from collectors.store.reads import SAMPLE_COLUMNS
 from collectors.store.tiers import ROLLUP_COLUMNS, TIERS, Batch, partial_rows, upsert_sql
 
@@ -94,7 +94,7 @@ class HistoryLoader:
                     for tier in TIERS:
                         self._write_tier(tier.table, partial_rows(batch, tier))
                 if latest:
-                    self._db.executemany(_LATEST_IF_NEWER, [_row_of(s) for s in latest])
+                    self._db.executemany(_LATEST_IF_NEWER, [sample_row(s) for s in latest])
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
 
@@ -122,16 +122,3 @@ class HistoryLoader:
         finally:
             self._db.close()
             self._store.close()
-
-
-def _row_of(s: TargetSnapshot) -> tuple[object, ...]:
-    return (
-        s.ts,
-        s.target,
-        int(s.up),
-        s.error,
-        s.recipe_id,
-        s.deployment,
-        s.scrape_duration_s,
-        *(getattr(s.signals, name) for name in SIGNAL_NAMES),
-    )

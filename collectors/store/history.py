@@ -107,7 +107,8 @@ def _placeholders(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
 
 
-def _row_of(s: TargetSnapshot) -> tuple[object, ...]:
+def sample_row(s: TargetSnapshot) -> tuple[object, ...]:
+    """One snapshot as a row of ``samples`` / ``latest_samples`` (``reads.SAMPLE_COLUMNS`` order)."""
     return (
         s.ts,
         s.target,
@@ -198,7 +199,7 @@ class SqliteStore:
         """
         if not snapshots:
             return
-        rows = [_row_of(s) for s in snapshots]
+        rows = [sample_row(s) for s in snapshots]
         try:
             connection = self._connect()
             with connection:
@@ -222,7 +223,8 @@ class SqliteStore:
                 if batch is not None:
                     self._write_rollups(connection, batch)
                 connection.executemany(
-                    _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts", [_row_of(s) for s in latest]
+                    _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts",
+                    [sample_row(s) for s in latest],
                 )
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
