@@ -4,6 +4,7 @@ CLI.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -192,3 +193,36 @@ def test_cli_daemon_runs_until_sigterm(
             process.communicate()  # reaps it and closes the pipe (no ResourceWarning in a later test)
     assert process.returncode == 0, output
     assert "watching 2 targets" in output
+
+
+def _other_threads(pid: int) -> list[int]:
+    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to name a thread")
+def test_sigterm_given_to_another_thread_still_stops_the_daemon(
+    tmp_path: Path, fleet: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    # The kernel may hand a process's SIGTERM to any of its threads; Python runs the handler only when the
+    # main thread wakes. tgkill delivers it to a non-main thread on purpose: an untimed wait never stopped.
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config_dict(tmp_path, fleet, receiver)), encoding="utf-8")
+    with subprocess.Popen(
+        [sys.executable, "-m", "alerts", "run", "--config", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as process:
+        try:
+            receiver.wait_for(1, timeout_s=30)  # running: scrape loop, collector and notifier threads exist
+            libc = ctypes.CDLL(None, use_errno=True)
+            (thread, *_) = _other_threads(process.pid)
+            assert libc.tgkill(process.pid, thread, signal.SIGTERM) == 0, os.strerror(ctypes.get_errno())
+            output, _ = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 0, output
+    assert f"signal {signal.SIGTERM.value}: stopping" in output
