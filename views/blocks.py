@@ -14,11 +14,11 @@ import pandas as pd
 import streamlit as st
 
 from collectors.errors import CollectorError
-from views import data, fleet_frames
+from views import data, fleet_frames, sample_bins
 from views.chart_style import TopChart
 from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP
 from views.formatting import format_age
-from views.page_context import PageContext
+from views.page_context import PageContext, TimeWindow
 
 
 @contextmanager
@@ -35,6 +35,26 @@ def empty_store_message(ctx: PageContext) -> str:
         f"The history store `{ctx.store_path}` is empty: no collector has written to it yet. "
         "Start specwatch with targets (or `sim:`) in its config, or point `store.path` at a collector's file."
     )
+
+
+# Per target: enough samples to separate context and concurrency bins, few enough for 1,000 servers.
+ANALYSIS_POINTS = 300
+
+
+def analysis_history(ctx: PageContext) -> tuple[TimeWindow, pd.DataFrame]:
+    """The range's samples as the Context, Capacity and Recipes pages analyse them: ts, target, up, recipe
+    and ``sample_bins.ANALYSIS_SIGNALS``, ``prepare``d. One read (same points) and one cache entry serve all
+    three pages."""
+    window, history = data.fleet_signals(
+        ctx.store_path,
+        ctx.now(),
+        ctx.range_s,
+        ctx.interval_s,
+        ANALYSIS_POINTS,
+        sample_bins.ANALYSIS_SIGNALS,
+        recipes=True,
+    )
+    return window, sample_bins.prepare(history)
 
 
 def explain_no_samples(ctx: PageContext, what: str) -> None:

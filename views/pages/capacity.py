@@ -14,7 +14,6 @@ from views import analysis_charts, blocks, chart_style, data, formatting, fracti
 from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
-from views.sample_bins import ANALYSIS_SIGNALS, prepare
 
 # What scaling.time_to_bind reads besides ts, target and up.
 SATURATION_SIGNALS: tuple[str, ...] = ("running", "max_running", "state_pool_usage", "kv_usage")
@@ -169,9 +168,6 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
         )
 
 
-SCALING_POINTS = 300  # per target, as on the Context page: enough samples per concurrency level
-
-
 def _scaling(ctx: PageContext) -> None:
     """The scaling curve per recipe and context bin from history, its knee and the verdict in words."""
     st.subheader(f"Scaling curve, last {ctx.range_label}", anchor=False)
@@ -180,16 +176,7 @@ def _scaling(ctx: PageContext) -> None:
         "rate against running requests, with TTFT and TPOT at each level. The knee is where the gain per "
         "added request falls the most (the curve bends hardest)."
     )
-    _, history = data.fleet_signals(
-        ctx.store_path,
-        ctx.now(),
-        ctx.range_s,
-        ctx.interval_s,
-        SCALING_POINTS,
-        ANALYSIS_SIGNALS,
-        recipes=True,
-    )
-    usable = prepare(history)
+    _, usable = blocks.analysis_history(ctx)
     curves = (
         {
             (str(recipe), str(context)): scaling.scaling_curve(rows)

@@ -25,9 +25,7 @@ from views.fraction import (
     trend,
 )
 from views.page_context import PageContext, TimeWindow
-from views.sample_bins import prepare
 
-CONTEXT_POINTS = 300  # per target: enough to separate context bins, small enough for a 200-server fleet
 ALL = "all"
 
 
@@ -41,16 +39,7 @@ def render(ctx: PageContext) -> None:
     with blocks.store_errors():
         probe_views.context_block(ctx)  # measured on purpose, so drawn even when traffic gave no curve
     with blocks.store_errors():
-        window, history = data.fleet_signals(
-            ctx.store_path,
-            ctx.now(),
-            ctx.range_s,
-            ctx.interval_s,
-            CONTEXT_POINTS,
-            sample_bins.ANALYSIS_SIGNALS,
-            recipes=True,
-        )
-        usable = prepare(history)
+        window, usable = blocks.analysis_history(ctx)
         if usable.empty:
             blocks.explain_no_samples(ctx, "accept-length samples")
             return

@@ -23,9 +23,6 @@ from views.fraction import (
     summarize,
 )
 from views.page_context import PageContext
-from views.sample_bins import prepare
-
-RECIPE_POINTS = 300  # per target, as on the Context page
 
 
 def render(ctx: PageContext) -> None:
@@ -37,16 +34,7 @@ def render(ctx: PageContext) -> None:
     with blocks.store_errors():
         probe_views.recipes_block(ctx)  # same prompt length for every recipe: the fairest comparison
     with blocks.store_errors():
-        _, history = data.fleet_signals(
-            ctx.store_path,
-            ctx.now(),
-            ctx.range_s,
-            ctx.interval_s,
-            RECIPE_POINTS,
-            sample_bins.ANALYSIS_SIGNALS,
-            recipes=True,
-        )
-        usable = prepare(history)
+        _, usable = blocks.analysis_history(ctx)
         if usable.empty:
             blocks.explain_no_samples(ctx, "recipe samples")
             return
