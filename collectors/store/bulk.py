@@ -19,21 +19,11 @@ from pathlib import Path
 
 from collectors.errors import StoreError
 from collectors.model import TargetSnapshot
-from collectors.store.history import SqliteStore, sample_row
-from collectors.store.reads import SAMPLE_COLUMNS
+from collectors.store.history import INSERT_RAW, UPSERT_LATEST_IF_NEWER, SqliteStore, sample_row
 from collectors.store.tiers import ROLLUP_COLUMNS, TIERS, Batch, partial_rows, upsert_sql
 
 Row = Sequence[object]
 
-_INSERT_RAW = (
-    f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
-)
-_LATEST_IF_NEWER = (
-    f"INSERT INTO latest_samples ({', '.join(SAMPLE_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))}) ON CONFLICT (target) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in SAMPLE_COLUMNS if c != "target")
-    + " WHERE excluded.ts >= latest_samples.ts"
-)
 _INSERTS = {
     tier.table: f"INSERT INTO {tier.table} ({', '.join(ROLLUP_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(ROLLUP_COLUMNS))})"
@@ -89,12 +79,12 @@ class HistoryLoader:
         try:
             with self._db:
                 if raw_rows:
-                    self._db.executemany(_INSERT_RAW, raw_rows)
+                    self._db.executemany(INSERT_RAW, raw_rows)
                 for batch in batches:
                     for tier in TIERS:
                         self._write_tier(tier.table, partial_rows(batch, tier))
                 if latest:
-                    self._db.executemany(_LATEST_IF_NEWER, [sample_row(s) for s in latest])
+                    self._db.executemany(UPSERT_LATEST_IF_NEWER, [sample_row(s) for s in latest])
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
 

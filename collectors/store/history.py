@@ -66,15 +66,17 @@ CREATE INDEX IF NOT EXISTS latest_samples_ts ON latest_samples (ts);
 {"".join(schema_sql(tier) for tier in TIERS)}
 """
 
-_INSERT_RAW = (
+INSERT_RAW = (
     f"INSERT INTO samples ({', '.join(_SAMPLE_COLUMNS)}) VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)})"
 )
 # Each target's last-written row (upserts run in write order, so the last one written wins).
-_UPSERT_LATEST = (
+UPSERT_LATEST = (
     f"INSERT INTO latest_samples ({', '.join(_SAMPLE_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)}) ON CONFLICT (target) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _SAMPLE_COLUMNS if c != "target")
 )
+# History written beside a live collector (the demo's past): a row replaces a target's latest only if newer.
+UPSERT_LATEST_IF_NEWER = UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts"
 _UPSERTS = {tier.table: upsert_sql(tier) for tier in TIERS}
 
 
@@ -203,44 +205,11 @@ class SqliteStore:
         try:
             connection = self._connect()
             with connection:
-                connection.executemany(_INSERT_RAW, rows)
-                connection.executemany(
-                    _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts"
-                    if backfill
-                    else _UPSERT_LATEST,
-                    rows,
-                )
+                connection.executemany(INSERT_RAW, rows)
+                connection.executemany(UPSERT_LATEST_IF_NEWER if backfill else UPSERT_LATEST, rows)
                 self._write_rollups(connection, Batch.of(snapshots))
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
-
-    def append_rollups(self, batch: Batch | None, latest: Sequence[TargetSnapshot] = ()) -> None:
-        """Rollup tiers only (history older than raw retention, e.g. ``python -m sim history``), and each of
-        ``latest`` as its target's newest row unless a newer one is held."""
-        try:
-            connection = self._connect()
-            with connection:
-                if batch is not None:
-                    self._write_rollups(connection, batch)
-                connection.executemany(
-                    _UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts",
-                    [sample_row(s) for s in latest],
-                )
-        except sqlite3.Error as exc:
-            raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
-
-    def append_raw(self, rows: Iterable[Sequence[object]]) -> None:
-        """Raw ``samples`` rows only (_SAMPLE_COLUMNS order); their rollups go through ``append_rollups``."""
-        self._write(_INSERT_RAW, rows)
-
-    def drop_raw_indexes(self) -> None:
-        """Before a bulk load into an empty store (rows go in faster); ``rebuild_indexes`` restores them."""
-        try:
-            with self._connect() as connection:
-                for index in ("samples_target_ts", "samples_ts"):
-                    connection.execute(f"DROP INDEX IF EXISTS {index}")
-        except sqlite3.Error as exc:
-            raise StoreError(f"history store {self.path}: cannot drop indexes: {exc}") from exc
 
     def rebuild_indexes(self) -> None:
         """Every index of the schema that is missing (one sort per index)."""
