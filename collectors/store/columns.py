@@ -342,14 +342,23 @@ class RawTail:
         return found is not None and float(found[0]) == ts and str(found[1]) == target
 
     def _load(self, connection: sqlite3.Connection, start_ts: float) -> None:
+        # The store's newest row first: the next top-up starts after it even when the window held nothing
+        # (a collector stopped for longer than the window), instead of reading every row ever written
+        # (1,000 servers: a 1.4 GB, 20 s read). Rows written after it are left to that top-up.
+        newest = connection.execute(
+            "SELECT rowid, ts, target FROM samples ORDER BY rowid DESC LIMIT 1"
+        ).fetchone()
         # Everything from the window's start on (rows stamped after its end too: the next window wants them).
         select = _raw_select(self.signals, recipes=self.recipes)
         cursor = connection.execute(f"{select} WHERE ts >= ?", (start_ts,))
         self.full_reads += 1
-        self._held, self._rowid = _raw_columns(cursor, self.signals, recipes=self.recipes)
+        held, rowid = _raw_columns(cursor, self.signals, recipes=self.recipes)
+        if newest is not None and len(rowid) and int(rowid.max()) > int(newest[0]):
+            keep = rowid <= int(newest[0])
+            held, rowid = take(held, keep), rowid[keep]
+        self._held, self._rowid = held, rowid
         self._start_ts = start_ts
-        self._last = None
-        self._remember_last(self._held, self._rowid)
+        self._last = None if newest is None else (int(newest[0]), float(newest[1]), str(newest[2]))
 
     def _top_up(self, connection: sqlite3.Connection, start_ts: float) -> None:
         newest = -1 if self._last is None else self._last[0]

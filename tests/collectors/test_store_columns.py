@@ -171,6 +171,19 @@ def test_an_empty_window_then_rows(tmp_path: Path) -> None:
     assert not math.isnan(float(np.nanmax(s.read_columns(T0, T0 + 900, SIGNALS, 150, tail=tail).ts)))
 
 
+def test_a_tail_after_a_gap_reads_only_what_came_after_it(store: SqliteStore) -> None:
+    """The collector stopped for longer than the window (the store holds only older rows): the window is
+    empty, and the next interval must read the new cycle, not every row ever written (at 1,000 servers that
+    was a 1.4 GB, 20 s read)."""
+    tail = RawTail(SIGNALS)
+    resumed = T0 + 5.0 * 12 * 30 + 3600.0  # an hour after the last row
+    assert len(store.read_columns(resumed - 900.0, resumed, SIGNALS, 150, tail=tail)) == 0
+    store.append([_snap(t, resumed + 5.0, 1.0) for t in ("a", "b", "c")])
+    _tail_equals_full(store, tail, resumed - 895.0, resumed + 5.0, 150)
+    assert tail.full_reads == 1
+    assert tail.tail_rows == 3  # the one new cycle, not the 1,080 rows before the gap
+
+
 def test_latest_rows_make_the_same_frame_as_latest_snapshots(store: SqliteStore) -> None:
     from views.data import latest_rows_frame, snapshots_frame
 
