@@ -37,24 +37,39 @@ def empty_store_message(ctx: PageContext) -> str:
     )
 
 
-# Per target: enough samples to separate context and concurrency bins, few enough for 1,000 servers.
+# Per target: enough samples to separate context and concurrency bins ...
 ANALYSIS_POINTS = 300
+# ... and per read, whatever the fleet: beyond ~330 servers each gets fewer points (100 at 1,000), coarser
+# buckets from a coarser tier. Every pandas step of the analysis pages copies its frame, so the rows of one
+# read set the dashboard's memory (300 k rows: ~30 MB held per range and as much again per filter; the
+# dashboard stays under 300 MB at 1,000 servers) and its cold time. Fleet-wide bins keep ~100 k samples.
+ANALYSIS_ROWS = 100_000
+ANALYSIS_MIN_POINTS = 60  # a server's own view (sweep, split in time) still has a few samples per bin
+
+
+def analysis_points(servers: int) -> int:
+    """Points per server of one analysis read of ``servers`` servers (``ANALYSIS_POINTS`` up to
+    ``ANALYSIS_ROWS`` in all, never below ``ANALYSIS_MIN_POINTS``)."""
+    return max(ANALYSIS_MIN_POINTS, min(ANALYSIS_POINTS, ANALYSIS_ROWS // max(servers, 1)))
 
 
 def analysis_history(ctx: PageContext) -> tuple[TimeWindow, pd.DataFrame]:
-    """The range's samples as the Context, Capacity and Recipes pages analyse them: ts, target, up, recipe
-    and ``sample_bins.ANALYSIS_SIGNALS``, ``prepare``d. One read (same points) and one cache entry serve all
-    three pages."""
-    window, history = data.fleet_signals(
+    """The range's samples as the Context, Capacity and Recipes pages analyse them (``sample_bins.prepare``:
+    servers up with an accept length, labelled with recipe and bins; ``ANALYSIS_SIGNALS``), at
+    ``analysis_points`` per server. One read (same points) and one cache entry serve all three pages; the
+    frame is shared, never modify it."""
+    now_ts = ctx.now()
+    servers = len(data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s))
+    return data.fleet_signals(
         ctx.store_path,
-        ctx.now(),
+        now_ts,
         ctx.range_s,
         ctx.interval_s,
-        ANALYSIS_POINTS,
+        analysis_points(servers),
         sample_bins.ANALYSIS_SIGNALS,
         recipes=True,
+        prepared=True,
     )
-    return window, sample_bins.prepare(history)
 
 
 def explain_no_samples(ctx: PageContext, what: str) -> None:

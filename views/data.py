@@ -29,7 +29,7 @@ from collectors.prometheus.history import open_history
 from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.history import HistoryStore, SqliteStore
 from config import Config
-from views import fleet_frames
+from views import fleet_frames, sample_bins
 from views.page_context import TimeWindow, quantised_window
 
 T = TypeVar("T")
@@ -275,15 +275,22 @@ def fleet_signals(
     signals: tuple[str, ...],
     *,
     recipes: bool = False,
+    prepared: bool = False,
 ) -> tuple[TimeWindow, pd.DataFrame]:
     """``fleet_samples`` restricted to ts, target, up, ``signals`` (and recipe_id if ``recipes``): the same
     rows and values, read as columns. The Context, Capacity and Recipes pages use 4–8 of the 25 columns: a
-    1,000-server day of full frames cost seconds and hundreds of MB."""
+    1,000-server day of full frames cost seconds and hundreds of MB.
+
+    ``prepared``: the frame the analysis pages work on instead (``sample_bins.prepare``: rows of servers up
+    with an accept length, labelled with recipe and bins; needs ``recipes``), built once per read and held
+    instead of the raw frame, rather than rebuilt from it on every rerun."""
     if range_s <= _BACKGROUND_BEYOND_S:
         window = quantised_window(now_ts, range_s, interval_s, max_points)
-        frame = _signals_live(path, window.start_ts, window.end_ts, max_points, signals, recipes)
+        frame = _signals_live(path, window.start_ts, window.end_ts, max_points, signals, recipes, prepared)
         return window, frame
-    start_ts, end_ts, frame = _signals_background(path, range_s, interval_s, max_points, signals, recipes)
+    start_ts, end_ts, frame = _signals_background(
+        path, range_s, interval_s, max_points, signals, recipes, prepared
+    )
     return TimeWindow(start_ts, end_ts), frame
 
 
@@ -294,6 +301,7 @@ def _signals_frame(
     signals: tuple[str, ...],
     recipes: bool,
     tail: RawTail | None = None,
+    prepared: bool = False,
 ) -> pd.DataFrame:
     if isinstance(store, SqliteStore):
         columns = store.read_columns(
@@ -301,31 +309,52 @@ def _signals_frame(
         )
         frame = fleet_frames.frame_of_columns(columns)
         del columns
-        release_freed_memory()
-        return frame
-    # Another backend (Prometheus): its frame, cut to the same columns.
-    frame = store.read_samples(window.start_ts, window.end_ts, None, max_points)
-    return frame[["ts", "target", "up", *(["recipe_id"] if recipes else []), *signals]]
+    else:  # another backend (Prometheus): its frame, cut to the same columns
+        frame = store.read_samples(window.start_ts, window.end_ts, None, max_points)
+        frame = frame[["ts", "target", "up", *(["recipe_id"] if recipes else []), *signals]]
+    if prepared:
+        frame = sample_bins.prepare(frame)
+    release_freed_memory()
+    return frame
 
 
 # Kept as they are (cache_resource), not pickled: a pickled cache holds a second copy of every ~30 MB frame
-# and unpickles a third on every rerun. Pages never modify them (they filter, which copies). Few entries: a
-# live window moves every interval, and each holds up to ~300 k rows at 1,000 servers.
-@st.cache_resource(ttl=300, max_entries=4, show_spinner=False)
+# and unpickles a third on every rerun. Pages never modify them (they filter, which copies).
+# Few entries, because each holds up to ~300 k rows at 1,000 servers (25–35 MB) and the dashboard's memory is
+# bounded (< 300 MB at 1,000 servers): a live window moves every interval, so one entry per kind of read
+# (the analysis pages', Capacity's trend) is all a rerun can use; longer ranges keep the last two ranges'
+# frames (switching back is warm), a third range read evicts the oldest.
+@st.cache_resource(ttl=300, max_entries=2, show_spinner=False)
 def _signals_live(
-    path: str, start_ts: float, end_ts: float, max_points: int, signals: tuple[str, ...], recipes: bool
+    path: str,
+    start_ts: float,
+    end_ts: float,
+    max_points: int,
+    signals: tuple[str, ...],
+    recipes: bool,
+    prepared: bool,
 ) -> pd.DataFrame:
     window = TimeWindow(start_ts, end_ts)
     tail = _tail(path, signals, recipes)  # a raw window is topped up each interval
-    return reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes, tail))
+    return reader(path).call(
+        lambda store: _signals_frame(store, window, max_points, signals, recipes, tail, prepared)
+    )
 
 
-@st.cache_resource(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
+@st.cache_resource(ttl=60, max_entries=3, show_spinner=False, refresh_mode="background")
 def _signals_background(
-    path: str, range_s: float, interval_s: float, max_points: int, signals: tuple[str, ...], recipes: bool
+    path: str,
+    range_s: float,
+    interval_s: float,
+    max_points: int,
+    signals: tuple[str, ...],
+    recipes: bool,
+    prepared: bool,
 ) -> tuple[float, float, pd.DataFrame]:
     window = quantised_window(time.time(), range_s, interval_s, max_points)
-    frame = reader(path).call(lambda store: _signals_frame(store, window, max_points, signals, recipes))
+    frame = reader(path).call(
+        lambda store: _signals_frame(store, window, max_points, signals, recipes, prepared=prepared)
+    )
     return window.start_ts, window.end_ts, frame
 
 

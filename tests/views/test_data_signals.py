@@ -103,3 +103,55 @@ def test_a_live_trend_read_through_a_raw_tail_equals_a_full_read(tmp_path: Path)
         pd.testing.assert_frame_equal(got, full, check_exact=True)
         cycle(k)
     assert tail.full_reads == 1
+
+
+def test_an_analysis_read_holds_at_most_the_row_budget_and_every_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big fleet gets fewer points per server, not a frame that grows with the fleet (the dashboard's memory
+    and cold time): every server is still in it, each with the same number of points."""
+    import time
+
+    from config.loader import parse_config
+    from views import blocks
+    from views.page_context import PageContext
+
+    store = SqliteStore(tmp_path / "h.sqlite")
+    servers = [f"s{i:02d}" for i in range(40)]
+    now = time.time()  # ranges past 15 min are read in the background, up to the real now
+    for k in range(12 * 60):  # the last hour at 5 s
+        store.append(
+            [
+                TargetSnapshot(
+                    name,
+                    now - 3600.0 + 5.0 * k,
+                    True,
+                    None,
+                    Signals(**{s: 1.0 + (k % 50) + i for s in ANALYSIS_SIGNALS}),
+                    "r-1",
+                    "east",
+                    0.004,
+                )
+                for i, name in enumerate(servers)
+            ]
+        )
+    config = parse_config({"scrape": {"interval_s": 5.0}, "store": {"path": str(tmp_path / "h.sqlite")}})
+    ctx = PageContext(config, "1h", clock=lambda: now)
+    assert blocks.analysis_points(1_000) == 100
+    assert blocks.analysis_points(10_000) == blocks.ANALYSIS_MIN_POINTS
+    assert blocks.analysis_points(3) == blocks.ANALYSIS_POINTS
+    data.clear_all_caches()
+    _, small_fleet = blocks.analysis_history(ctx)  # 40 × 300 points: within the budget
+    monkeypatch.setattr(blocks, "ANALYSIS_ROWS", 40 * 100)
+    data.clear_all_caches()
+    _, bounded = blocks.analysis_history(ctx)
+    data.clear_all_caches()
+    assert small_fleet.groupby("target").size().max() > 200
+    per_server = bounded.groupby("target").size()
+    assert sorted(per_server.index) == servers
+    assert len(bounded) <= 40 * 100
+    # 100 points of 36 s each allow the 1 min tier: a row a minute per server (the window's edges cut one)
+    assert len(set(per_server)) == 1
+    assert 58 <= per_server.iloc[0] <= 61
+    # the same hour, coarser: the fleet's mean accept length does not move
+    assert bounded["accept_length"].mean() == pytest.approx(small_fleet["accept_length"].mean(), rel=0.02)

@@ -17,6 +17,7 @@ from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
 # What scaling.time_to_bind reads besides ts, target and up.
 SATURATION_SIGNALS: tuple[str, ...] = ("running", "max_running", "state_pool_usage", "kv_usage")
+SATURATION_POINTS = 120  # per server over the trend's window (at most the last hour)
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
 
@@ -94,7 +95,7 @@ def _live(ctx: PageContext) -> None:
             st.markdown(f"**Side by side, the {len(top)} most loaded**")
             st.altair_chart(analysis_charts.pools_bars(top), width="stretch")
         _attention(capacity)
-        _saturation(ctx, now_ts)
+        _saturation(ctx, now_ts, len(table))
         st.dataframe(
             capacity.assign(
                 _order=capacity["binding"].map(BINDING_ORDER),
@@ -241,10 +242,11 @@ SCALING_COLUMNS = {
 }
 
 
-def _saturation(ctx: PageContext, now_ts: float) -> None:
+def _saturation(ctx: PageContext, now_ts: float, servers: int) -> None:
     """When each pool binds at the trend of the last 30 minutes (servers whose pools are rising first)."""
+    points = min(SATURATION_POINTS, blocks.analysis_points(servers))  # the analysis pages' row budget
     _, history = data.fleet_signals(
-        ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, 120, SATURATION_SIGNALS
+        ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, points, SATURATION_SIGNALS
     )
     found = scaling.time_to_bind(history, BINDS_AT, now_ts)
     frame = scaling.saturation_frame(found)
