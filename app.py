@@ -22,8 +22,7 @@ from pathlib import Path
 import streamlit as st
 
 from alerts.lock import EvaluatorLock
-from alerts.service import Service
-from collectors.runner import CollectorHealth
+from collectors.model import CollectorHealth
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
 from views import access, data
 from views.formatting import plain
@@ -166,6 +165,11 @@ def _start_collector(config: Config, runtime: Runtime) -> str:
     if not lock.try_acquire():
         return f"viewer only: another evaluator ({lock.holder()}) collects and alerts on this store"
     runtime.stoppers.append(lock.release)  # stoppers run in reverse: the service stops before the lock goes
+    # Imported here, not at the top: Service is the whole collector stack (scrape transport, probes, notifier:
+    # aiohttp, requests, ~15 MB), and a viewer (--no-collector, or another evaluator on the store) never
+    # starts it. Splitting the composition root's one use into a module of its own would be artificial.
+    from alerts.service import Service
+
     service = Service(config, external_url=_external_url()).start()
     runtime.stoppers.append(service.stop)
     runtime.health = service.collector.health

@@ -14,8 +14,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from collectors.model import SourceHealth, TargetSnapshot
-from collectors.runner import CollectorHealth
+from collectors.model import CollectorHealth, SourceHealth, TargetSnapshot
 from collectors.signals import SIGNALS
 from config import ConfigError
 

@@ -199,6 +199,39 @@ class SourceHealth:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class TargetHealth:
+    """How scraping one target is going, as of the last cycle."""
+
+    target: str
+    up: bool
+    error: str | None
+    scrape_duration_s: float | None
+    last_success_ts: float | None
+    staleness_s: float | None  # seconds since the last successful scrape (None: never scraped successfully)
+    consecutive_failures: int
+    recipe_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorHealth:
+    """How the collector itself is going: cycles, the store, the targets file, and every target.
+
+    ``collectors.runner.Collector.health()`` fills it; the dashboard's sidebar and /metrics read it.
+    """
+
+    cycles: int
+    last_cycle_ts: float | None
+    last_cycle_duration_s: float | None
+    store_error: str | None  # the last store failure in words; None once writes succeed again
+    pending_rows: int  # snapshots waiting in memory for the store
+    dropped_rows: int  # snapshots dropped because the store failed for too long
+    config_error: str | None  # the last targets_file reload failure; None once a reload succeeds
+    targets: tuple[TargetHealth, ...]
+    # The last cycle's source health: blind or partial makes targets unknown (never down).
+    source: SourceHealth = SourceHealth("direct")
+
+
 EventKind = Literal["restart", "recipe_change", "up", "down", "alert", "config"]
 
 

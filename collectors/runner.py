@@ -13,13 +13,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
 from collectors.errors import StoreError
-from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
+from collectors.model import CollectorHealth, Event, Recipe, SourceHealth, TargetHealth, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.history import HistoryStore
 from collectors.store.watch import StoreFileWatch
@@ -34,38 +33,7 @@ CycleObserver = Callable[[Sequence[TargetSnapshot], Sequence[Event]], None]
 MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈ 8 min of a 500-server fleet)
 MAX_PENDING_EVENTS = 10_000
 PRUNE_EVERY_S = 600.0
-_DIRECT = SourceHealth("direct")
 TARGETS_FILE_TIMEOUT_S = 10.0  # a targets_file read taking longer is reported (the old targets stay)
-
-
-@dataclass(frozen=True, slots=True)
-class TargetHealth:
-    """How scraping one target is going, as of the last cycle."""
-
-    target: str
-    up: bool
-    error: str | None
-    scrape_duration_s: float | None
-    last_success_ts: float | None
-    staleness_s: float | None  # seconds since the last successful scrape (None: never scraped successfully)
-    consecutive_failures: int
-    recipe_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorHealth:
-    """How the collector itself is going: cycles, the store, the targets file, and every target."""
-
-    cycles: int
-    last_cycle_ts: float | None
-    last_cycle_duration_s: float | None
-    store_error: str | None  # the last store failure in words; None once writes succeed again
-    pending_rows: int  # snapshots waiting in memory for the store
-    dropped_rows: int  # snapshots dropped because the store failed for too long
-    config_error: str | None  # the last targets_file reload failure; None once a reload succeeds
-    targets: tuple[TargetHealth, ...]
-    # The last cycle's source health: blind or partial makes targets unknown (never down).
-    source: SourceHealth = _DIRECT
 
 
 def describe_recipe_change(old: Recipe, new: Recipe) -> str:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from collectors.direct.scrape import REDACTED, redact, safe_url
 from config import Config
+
+REDACTED = "<redacted>"
 
 # "Bearer abc", "Basic dXNlcjpw", "token=abc", "password: abc": the credential, not its name, is replaced.
 _SCHEMES = re.compile(
@@ -23,15 +25,37 @@ _SCHEMES = re.compile(
 )
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"<>]+@")
 
-__all__ = ["REDACTED", "Redactor", "config_secrets", "safe_url", "url_secrets"]
+__all__ = ["REDACTED", "Redactor", "config_secrets", "redact", "safe_url", "url_secrets"]
+
+
+def safe_url(url: str) -> str:
+    """The URL without ``user:password@`` so it can go into messages and logs."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret replaced: servers can echo what they were sent (a status line, a header, a
+    quoted body line), and whatever they say ends up in errors, history, logs and pages."""
+    for secret in secrets:
+        if not secret:
+            continue
+        text = text.replace(secret, REDACTED)
+        head = secret[:8]
+        if len(head) >= 4 and head in text:  # a quote cut the secret short ('Bearer swsecret-09b8…')
+            text = re.sub(re.escape(head) + r"[^\s'\"]*", REDACTED, text)
+    return text
 
 
 def url_secrets(url: str | None) -> list[str]:
     """The user name and password of a URL's userinfo (as written and decoded)."""
     if not url or "@" not in url:
         return []
-    from urllib.parse import unquote, urlsplit
-
     parts = urlsplit(url)
     found = [p for p in (parts.password, parts.username) if p and len(p) >= 4]
     return found + [unquote(p) for p in found if unquote(p) != p]

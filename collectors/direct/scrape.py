@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode
 
 import aiohttp
 import urllib3.exceptions
@@ -32,6 +31,7 @@ from collectors.errors import (
     ScrapeTimeout,
     Unreachable,
 )
+from collectors.secrets import redact, safe_url
 from collectors.transport import SCRAPE_LOOP, ScrapeLoop
 from config import ScrapeSettings, Target
 
@@ -51,7 +51,6 @@ METRICS_PATH = "/metrics?" + urlencode(
     ]
 )
 _URLS_MAX = 16_384
-REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,30 +60,6 @@ class Fetched:
     content_type: str
     body: bytes
     duration_s: float
-
-
-def safe_url(url: str) -> str:
-    """The URL without ``user:password@`` so it can go into messages and logs."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced: servers can echo what they were sent (a status line, a header, a
-    quoted body line), and whatever they say ends up in errors, history, logs and pages."""
-    for secret in secrets:
-        if not secret:
-            continue
-        text = text.replace(secret, REDACTED)
-        head = secret[:8]
-        if len(head) >= 4 and head in text:  # a quote cut the secret short ('Bearer swsecret-09b8…')
-            text = re.sub(re.escape(head) + r"[^\s'\"]*", REDACTED, text)
-    return text
 
 
 def _capped(text: str, limit: int = 120) -> str:

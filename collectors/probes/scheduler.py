@@ -17,7 +17,8 @@ import requests
 
 from collectors.errors import StoreError
 from collectors.model import Signals
-from collectors.probes.prober import HOUR_S, Prober, ProbeResult
+from collectors.probes.prober import HOUR_S, ProbeResult
+from collectors.probes.sender import Prober
 from collectors.runner import Collector
 from collectors.store.probes import ProbeStore
 from collectors.transport import make_session

@@ -18,9 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import requests
 
-from collectors.direct.scrape import safe_url
 from collectors.errors import QueryError
-from collectors.secrets import Redactor, url_secrets
+from collectors.secrets import Redactor, safe_url, url_secrets
 from collectors.transport import WATCHDOG, make_service_session
 from config.settings import PrometheusSettings
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from collectors.model import RECIPE_FLAGS
 from collectors.prometheus.queries import SignalQueries, recordings, signal_queries
-from collectors.prometheus.recipes import LABEL_ALIASES
+from collectors.prometheus.recipe_labels import LABEL_ALIASES
 from config.errors import ConfigError
 from config.settings import Config
 
@@ -318,7 +318,7 @@ def dashboard(queries: SignalQueries, *, recipe_label: str = DEFAULT_RECIPE_LABE
 
 
 def recipe_labels() -> tuple[str, ...]:
-    """The labels the Prometheus source reads recipe flags from (``recipes.recipe_from_labels``)."""
+    """The labels the Prometheus source reads recipe flags from (``recipe_labels.recipe_from_labels``)."""
     return tuple(label for flag in RECIPE_FLAGS for label in LABEL_ALIASES.get(flag, (flag,)))
 
 

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -21,14 +21,16 @@ import pandas as pd
 from collectors.direct.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
-from collectors.prometheus.client import RangeSeries
-from collectors.prometheus.naming import by_instance, instance_of_name, target_names
+from collectors.prometheus.naming import TargetKey, by_instance, instance_of_name, target_names
 from collectors.prometheus.queries import SignalQueries
-from collectors.prometheus.recipes import recipe_from_labels
-from collectors.prometheus.source import PrometheusSource, TargetKey
+from collectors.prometheus.recipe_labels import recipe_from_labels
 from collectors.signals import BY_NAME, Expr, Inverse, Product, Ref
 from collectors.store.history import HistoryStore, SqliteStore
 from config.settings import Config
+
+if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where a PrometheusHistory is built
+    from collectors.prometheus.client import RangeSeries
+    from collectors.prometheus.source import PrometheusSource
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -77,7 +79,13 @@ class PrometheusHistory:
         max_workers: int = 4,
     ) -> None:
         self.config = config
-        self._source = source if source is not None else PrometheusSource(config)
+        if source is None:
+            # Here, not at the top: a viewer of a SQLite store imports this module too (open_history), and
+            # the source's client brings requests/urllib3 with it. Only a PrometheusHistory needs it.
+            from collectors.prometheus.source import PrometheusSource
+
+            source = PrometheusSource(config)
+        self._source = source
         self._meta = meta if meta is not None else SqliteStore(config.store.path)
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="specwatch-promhist")

@@ -7,6 +7,7 @@ itself, or ``job/instance`` when one instance serves several jobs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -21,6 +22,18 @@ class _Keyed(Protocol):
 
 
 K = TypeVar("K", bound=_Keyed)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TargetKey:
+    """A target as Prometheus names it."""
+
+    instance: str
+    job: str
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> TargetKey:
+        return cls(labels.get("instance", ""), labels.get("job", ""))
 
 
 def instance_of_url(url: str) -> str:

@@ -1,5 +1,5 @@
 """Recipes of targets seen through Prometheus: /server_info where the server is reachable, otherwise the flags
-added as labels with SGLang's ``--extra-metric-labels``.
+added as labels with SGLang's ``--extra-metric-labels`` (read by ``collectors.prometheus.recipe_labels``).
 
 /server_info reads run in the background (first sight, restarts, comebacks, every 10 minutes); a server that
 never answers costs one retry every 5 minutes and never holds up a cycle for long.
@@ -15,52 +15,15 @@ from dataclasses import dataclass
 import requests
 
 from collectors.errors import CollectorError
-from collectors.model import RECIPE_FLAGS, FlagValue, Recipe
+from collectors.model import Recipe
+from collectors.prometheus.recipe_labels import recipe_from_labels
 from config.settings import Config, Target
 
 # /server_info reader: the target (configured, or made up from the instance) -> Recipe; raises on failure.
 RecipeFetcher = Callable[[Target], Recipe]
 
-# Label names read as recipe flags (from --extra-metric-labels), besides each flag's own name.
-LABEL_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "model": ("model", "model_name"),
-    "version": ("version", "sglang_version"),
-}
-
 RECIPE_REFRESH_S = 600.0
 RECIPE_RETRY_S = 300.0
-
-
-def coerce_label(text: str) -> FlagValue:
-    """A label value as the flag's type: bools, ints and floats as such, 'none'/'null'/'' as None."""
-    lowered = text.strip().lower()
-    if lowered in ("", "none", "null"):
-        return None
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def recipe_from_labels(labels: Mapping[str, str]) -> Recipe | None:
-    """A recipe from flags given as labels (``--extra-metric-labels``), plus ``model_name``.
-
-    None unless at least one flag besides the model is given: a model alone is not a recipe, and a recipe
-    with every flag unknown would read as "all defaults".
-    """
-    flags: dict[str, FlagValue] = {}
-    for flag in RECIPE_FLAGS:
-        for label in LABEL_ALIASES.get(flag, (flag,)):
-            if label in labels:
-                flags[flag] = coerce_label(labels[label])
-                break
-    if not set(flags) - {"model"}:
-        return None
-    return Recipe.from_flags(flags)
 
 
 def default_recipe_fetcher(config: Config, session: requests.Session) -> RecipeFetcher:

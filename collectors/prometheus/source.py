@@ -19,7 +19,7 @@ from collectors.direct.derive import apply_plain_decoding, spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, SourceHealth, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
-from collectors.prometheus.naming import by_instance, target_names
+from collectors.prometheus.naming import TargetKey, by_instance, target_names
 from collectors.prometheus.queries import signal_queries
 from collectors.prometheus.recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
 from config.settings import Config, Target
@@ -29,18 +29,6 @@ log = logging.getLogger(__name__)
 DISCOVERY_LOOKBACK_S = 3600.0  # a target silent for longer leaves the fleet (unless `up` still lists it)
 _DISCOVERY_REFRESH_S = 60.0
 _HEALTH_RELOG_S = 300.0
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TargetKey:
-    """A target as Prometheus names it."""
-
-    instance: str
-    job: str
-
-    @classmethod
-    def of(cls, labels: Mapping[str, str]) -> TargetKey:
-        return cls(labels.get("instance", ""), labels.get("job", ""))
 
 
 @dataclass(slots=True)

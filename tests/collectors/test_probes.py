@@ -17,8 +17,9 @@ import requests
 import yaml
 
 from alerts.service import Service
-from collectors.probes.prober import PROBE_HEADER, RID_PREFIX, Prober, ProbeResult
+from collectors.probes.prober import PROBE_HEADER, RID_PREFIX, ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
+from collectors.probes.sender import Prober
 from collectors.runner import Collector
 from collectors.store.history import SqliteStore
 from collectors.store.probes import ProbeStore

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from collectors.direct.scrape import Fetcher, safe_url, scrape_metrics
+from collectors.direct.scrape import Fetcher, scrape_metrics
 from collectors.direct.source import DirectSource
 from collectors.errors import (
     BadExposition,
@@ -19,6 +19,7 @@ from collectors.errors import (
     ScrapeTimeout,
     Unreachable,
 )
+from collectors.secrets import safe_url
 from tests.collectors.bodies import OPENMETRICS_ACCEPT, Load, render
 from tests.collectors.conftest import scrape_settings, target
 from tests.collectors.servers import (

@@ -13,7 +13,7 @@ from collectors.prometheus.queries import (
     rate_window_s,
     signal_queries,
 )
-from collectors.prometheus.recipes import coerce_label, recipe_from_labels
+from collectors.prometheus.recipe_labels import coerce_label, recipe_from_labels
 from config import ConfigError, parse_config
 
 

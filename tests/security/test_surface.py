@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from collectors.exporter import MetricsExporter
-from collectors.runner import CollectorHealth
+from collectors.model import CollectorHealth
 from config import Config
 from sim.fleet import SimFleet
 from tests.security.hostile import canary
