@@ -150,6 +150,10 @@ class Saturation:
     binds_in_s: float | None  # None: not rising (or not within the horizon); 0: binds already
 
 
+# What ``time_to_bind`` reads besides ts, target and up.
+SATURATION_SIGNALS: tuple[str, ...] = ("running", "max_running", "state_pool_usage", "kv_usage")
+
+
 def time_to_bind(history: pd.DataFrame, binds_at: float, now_ts: float) -> list[Saturation]:
     """Per server and pool, the least-squares trend of usage over the last TREND_WINDOW_S and when it
     reaches ``binds_at`` (also the request cap, as running ÷ cap).

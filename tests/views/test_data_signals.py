@@ -66,7 +66,7 @@ def test_fleet_signals_frame_is_the_same_from_any_backend(
 
 def test_a_live_trend_read_through_a_raw_tail_equals_a_full_read(tmp_path: Path) -> None:
     from collectors.store.columns import RawTail
-    from views.pages.capacity import SATURATION_SIGNALS
+    from views.scaling import SATURATION_SIGNALS
 
     store = SqliteStore(tmp_path / "h.sqlite")
     tail = RawTail(SATURATION_SIGNALS)

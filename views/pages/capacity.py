@@ -15,8 +15,6 @@ from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
-# What scaling.time_to_bind reads besides ts, target and up.
-SATURATION_SIGNALS: tuple[str, ...] = ("running", "max_running", "state_pool_usage", "kv_usage")
 SATURATION_POINTS = 120  # per server over the trend's window (at most the last hour)
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
@@ -246,7 +244,7 @@ def _saturation(ctx: PageContext, now_ts: float, servers: int) -> None:
     """When each pool binds at the trend of the last 30 minutes (servers whose pools are rising first)."""
     points = min(SATURATION_POINTS, blocks.analysis_points(servers))  # the analysis pages' row budget
     _, history = data.fleet_signals(
-        ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, points, SATURATION_SIGNALS
+        ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, points, scaling.SATURATION_SIGNALS
     )
     found = scaling.time_to_bind(history, BINDS_AT, now_ts)
     frame = scaling.saturation_frame(found)
