@@ -23,6 +23,7 @@ from collectors.store.columns import (
     RawTail,
     SampleColumns,
     most_rows_per_target,
+    read_fleet,
     read_raw,
     read_tier,
     regroup,
@@ -332,20 +333,25 @@ class SqliteStore:
         """What ``read_samples`` reads, as numpy columns of only ``signals`` (``columns.py``): the same tier,
         means, regrouping and order. ``tail`` (its signals = ``signals``) keeps a fleet-wide raw window in
         memory between calls and reads only the rows written since; ``recipes`` adds each row's recipe_id
-        (the tail's ``recipes`` must match)."""
+        (the tail's ``recipes`` must match). Other fleet-wide reads go a batch of targets (raw rows: a slice
+        of the range) at a time, each regrouped before the next is read (``read_fleet``): the same result
+        to the bit, without holding every row of the range at once."""
         try:
             connection = self._connect()
             tier = pick_tier(end_ts - start_ts, max_points, self._oldest(), start_ts)
-            if tier is not None:
-                found = read_tier(connection, tier, start_ts, end_ts, signals, targets, recipes=recipes)
+            if targets is not None:
+                if tier is not None:
+                    found = read_tier(connection, tier, start_ts, end_ts, signals, targets, recipes=recipes)
+                else:
+                    found = read_raw(connection, start_ts, end_ts, signals, targets, recipes=recipes)
             elif (
-                tail is not None
-                and targets is None
+                tier is None
+                and tail is not None
                 and (tuple(signals), recipes) == (tail.signals, tail.recipes)
             ):
-                found = tail.read(connection, start_ts, end_ts)
-            else:
-                found = read_raw(connection, start_ts, end_ts, signals, targets, recipes=recipes)
+                found = tail.read(connection, start_ts, end_ts)  # holds its window: regrouped after, below
+            else:  # every target, a batch at a time, each regrouped as it comes (``read_fleet``)
+                return read_fleet(connection, tier, start_ts, end_ts, signals, max_points, recipes=recipes)
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
         if most_rows_per_target(found) > max_points:
