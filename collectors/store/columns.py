@@ -222,6 +222,16 @@ def target_codes(target: ObjectArray) -> IntArray:
     return rank[codes]
 
 
+def select(columns: SampleColumns, signals: Sequence[str], *, recipes: bool) -> SampleColumns:
+    """``columns`` with only ``signals`` (in that order) and recipe ids only if ``recipes``: the same arrays,
+    no copy."""
+    return replace(
+        columns,
+        values={name: columns.values[name] for name in signals},
+        recipe_id=columns.recipe_id if recipes else None,
+    )
+
+
 def take(columns: SampleColumns, index: npt.NDArray[np.intp] | npt.NDArray[np.bool_]) -> SampleColumns:
     return SampleColumns(
         columns.target[index],
@@ -575,6 +585,10 @@ class RawTail:
         self._last: tuple[int, float, str] | None = None  # the newest rowid held, its ts and target
         self.full_reads = 0  # how often the whole window was read (tests and the bench look)
         self.tail_rows = 0  # rows read as tails
+
+    def serves(self, signals: Sequence[str], *, recipes: bool) -> bool:
+        """Whether a read of ``signals`` (with recipes or not) can come from this window (``select``)."""
+        return set(signals) <= set(self.signals) and (self.recipes or not recipes)
 
     def read(self, connection: sqlite3.Connection, start_ts: float, end_ts: float) -> SampleColumns:
         with self._lock:
