@@ -335,7 +335,7 @@ def _signals_live(
     prepared: bool,
 ) -> pd.DataFrame:
     window = TimeWindow(start_ts, end_ts)
-    tail = _tail(path)  # a raw window is topped up each interval
+    tail = _tail(path, analysis=True)  # a raw window is topped up each interval
     return reader(path).call(
         lambda store: _signals_frame(store, window, max_points, signals, recipes, tail, prepared)
     )
@@ -359,24 +359,26 @@ def _signals_background(
 
 
 # -- the Fleet chart: one small series, read as columns ------------------------------------------------------
-# Per store path, one raw window (≤ 15 min, every target) kept between intervals: each new interval reads
-# only the rows written since (``RawTail``), not 15 minutes × every server again. Every 15 min read shares it
-# (the Fleet chart, the analysis pages, Capacity's trend), so it holds the union of their signals and each
-# row's recipe: one window of ~22 MB at 1,000 servers instead of one per page (~40 MB for three).
-RAW_WINDOW_SIGNALS: tuple[str, ...] = tuple(
-    dict.fromkeys(
-        (*fleet_frames.FLEET_SERIES_SIGNALS, *sample_bins.ANALYSIS_SIGNALS, *scaling.SATURATION_SIGNALS)
-    )
+# Per store path, the raw windows (≤ 15 min, every target) kept between intervals: each new interval reads
+# only the rows written since (``RawTail``), not 15 minutes × every server again. Two per store: the Fleet
+# chart's three signals (~10 MB at 1,000 servers: the page every on-call opens, refreshed every interval), and
+# one the analysis pages and Capacity's trend share (the union of their signals and each row's recipe, ~20 MB;
+# one of their own each was ~32 MB). One window for all was measured too: it made the Fleet page hold twice
+# as much and pay twice the top-up per interval for signals it never draws.
+ANALYSIS_WINDOW_SIGNALS: tuple[str, ...] = tuple(
+    dict.fromkeys((*sample_bins.ANALYSIS_SIGNALS, *scaling.SATURATION_SIGNALS))
 )
-_TAILS: dict[str, RawTail] = {}
+_TAILS: dict[tuple[str, bool], RawTail] = {}
 _TAILS_LOCK = threading.Lock()
 
 
-def _tail(path: str) -> RawTail:
+def _tail(path: str, *, analysis: bool = False) -> RawTail:
+    """The store's raw window for the Fleet chart, or (``analysis``) for the analysis pages' reads."""
     with _TAILS_LOCK:
-        found = _TAILS.get(path)
+        found = _TAILS.get((path, analysis))
         if found is None:
-            found = _TAILS[path] = RawTail(RAW_WINDOW_SIGNALS, recipes=True)
+            signals = ANALYSIS_WINDOW_SIGNALS if analysis else fleet_frames.FLEET_SERIES_SIGNALS
+            found = _TAILS[(path, analysis)] = RawTail(signals, recipes=analysis)
         return found
 
 

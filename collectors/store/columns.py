@@ -590,7 +590,17 @@ class RawTail:
         """Whether a read of ``signals`` (with recipes or not) can come from this window (``select``)."""
         return set(signals) <= set(self.signals) and (self.recipes or not recipes)
 
-    def read(self, connection: sqlite3.Connection, start_ts: float, end_ts: float) -> SampleColumns:
+    def read(
+        self,
+        connection: sqlite3.Connection,
+        start_ts: float,
+        end_ts: float,
+        signals: Sequence[str] | None = None,
+        *,
+        recipes: bool | None = None,
+    ) -> SampleColumns:
+        """The window's rows in [start_ts, end_ts]: every signal held, or only ``signals``; recipes as held,
+        or only if ``recipes`` (see ``serves``)."""
         with self._lock:
             if self._held is None or start_ts < self._start_ts or not self._still_valid(connection):
                 self._load(connection, start_ts)
@@ -598,7 +608,12 @@ class RawTail:
                 self._top_up(connection, start_ts)
             held = self._held
             assert held is not None
+            if signals is not None or recipes is not None:
+                with_recipes = self.recipes if recipes is None else recipes
+                held = select(held, self.signals if signals is None else signals, recipes=with_recipes)
             # Everything held is at or after start_ts; usually nothing is past end_ts either (no copy then).
+            # When rows are (a cycle stamped after the window's end), only the asked-for columns are copied:
+            # all of them were 16 MB per read at 1,000 servers.
             if len(held) == 0 or held.ts.max() <= end_ts:
                 return held
             return take(held, held.ts <= end_ts)
@@ -617,15 +632,16 @@ class RawTail:
         newest = connection.execute(
             "SELECT rowid, ts, target FROM samples ORDER BY rowid DESC LIMIT 1"
         ).fetchone()
-        # Everything from the window's start on (rows stamped after its end too: the next window wants them).
-        select = _raw_select(self.signals, recipes=self.recipes)
-        cursor = connection.execute(f"{select} WHERE ts >= ?", (start_ts,))
+        # Everything from the window's start on (rows stamped after its end too: the next window wants them),
+        # up to that row (``+rowid``: a filter, not a rowid range scan of the whole table).
+        query = f"{_raw_select(self.signals, recipes=self.recipes)} WHERE ts >= ?"
+        params: tuple[float, ...] = (start_ts,)
+        if newest is not None:
+            query, params = f"{query} AND +rowid <= ?", (start_ts, int(newest[0]))
         self.full_reads += 1
-        held, rowid = _raw_columns(cursor, self.signals, recipes=self.recipes)
-        if newest is not None and len(rowid) and int(rowid.max()) > int(newest[0]):
-            keep = rowid <= int(newest[0])
-            held, rowid = take(held, keep), rowid[keep]
-        self._held, self._rowid = held, rowid
+        self._held, self._rowid = _raw_columns(
+            connection.execute(query, params), self.signals, recipes=self.recipes
+        )
         self._start_ts = start_ts
         self._last = None if newest is None else (int(newest[0]), float(newest[1]), str(newest[2]))
 

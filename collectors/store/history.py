@@ -27,7 +27,6 @@ from collectors.store.columns import (
     read_raw,
     read_tier,
     regroup,
-    select,
 )
 from collectors.store.connections import ThreadConnections
 from collectors.store.migrate import backfill
@@ -347,7 +346,7 @@ class SqliteStore:
                     found = read_raw(connection, start_ts, end_ts, signals, targets, recipes=recipes)
             elif tier is None and tail is not None and tail.serves(signals, recipes=recipes):
                 # the tail holds its window: the asked-for columns of it, regrouped after, below
-                found = select(tail.read(connection, start_ts, end_ts), signals, recipes=recipes)
+                found = tail.read(connection, start_ts, end_ts, signals, recipes=recipes)
             else:  # every target, a batch at a time, each regrouped as it comes (``read_fleet``)
                 return read_fleet(connection, tier, start_ts, end_ts, signals, max_points, recipes=recipes)
         except sqlite3.Error as exc:
