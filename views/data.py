@@ -29,7 +29,7 @@ from collectors.prometheus.history import open_history
 from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.history import HistoryStore, SqliteStore
 from config import Config
-from views import fleet_frames, sample_bins, scaling
+from views import fleet_frames, sample_bins
 from views.page_context import TimeWindow, quantised_window
 
 T = TypeVar("T")
@@ -300,13 +300,10 @@ def _signals_frame(
     max_points: int,
     signals: tuple[str, ...],
     recipes: bool,
-    tail: RawTail | None = None,
     prepared: bool = False,
 ) -> pd.DataFrame:
     if isinstance(store, SqliteStore):
-        columns = store.read_columns(
-            window.start_ts, window.end_ts, signals, max_points, tail=tail, recipes=recipes
-        )
+        columns = store.read_columns(window.start_ts, window.end_ts, signals, max_points, recipes=recipes)
         frame = fleet_frames.frame_of_columns(columns)
         del columns
     else:  # another backend (Prometheus): its frame, cut to the same columns
@@ -320,10 +317,10 @@ def _signals_frame(
 
 # Kept as they are (cache_resource), not pickled: a pickled cache holds a second copy of every ~30 MB frame
 # and unpickles a third on every rerun. Pages never modify them (they filter, which copies).
-# Few entries, because each holds up to ~300 k rows at 1,000 servers (25–35 MB) and the dashboard's memory is
-# bounded (< 300 MB at 1,000 servers): a live window moves every interval, so one entry per kind of read
-# (the analysis pages', Capacity's trend) is all a rerun can use; longer ranges keep the last two ranges'
-# frames (switching back is warm), a third range read evicts the oldest.
+# Few entries, because each holds up to the analysis pages' row budget (~100 k rows, ~13 MB) and the
+# dashboard's memory is bounded (< 300 MB at 1,000 servers): a live window moves every interval, so one entry
+# per kind of read (the analysis pages', Capacity's trend) is all a rerun can use; longer ranges keep the last
+# two ranges' frames (switching back is warm), a third range read evicts the oldest.
 @st.cache_resource(ttl=300, max_entries=2, show_spinner=False)
 def _signals_live(
     path: str,
@@ -335,9 +332,8 @@ def _signals_live(
     prepared: bool,
 ) -> pd.DataFrame:
     window = TimeWindow(start_ts, end_ts)
-    tail = _tail(path, analysis=True)  # a raw window is topped up each interval
     return reader(path).call(
-        lambda store: _signals_frame(store, window, max_points, signals, recipes, tail, prepared)
+        lambda store: _signals_frame(store, window, max_points, signals, recipes, prepared)
     )
 
 
@@ -353,32 +349,26 @@ def _signals_background(
 ) -> tuple[float, float, pd.DataFrame]:
     window = quantised_window(time.time(), range_s, interval_s, max_points)
     frame = reader(path).call(
-        lambda store: _signals_frame(store, window, max_points, signals, recipes, prepared=prepared)
+        lambda store: _signals_frame(store, window, max_points, signals, recipes, prepared)
     )
     return window.start_ts, window.end_ts, frame
 
 
 # -- the Fleet chart: one small series, read as columns ------------------------------------------------------
-# Per store path, the raw windows (≤ 15 min, every target) kept between intervals: each new interval reads
-# only the rows written since (``RawTail``), not 15 minutes × every server again. Two per store: the Fleet
-# chart's three signals (~10 MB at 1,000 servers: the page every on-call opens, refreshed every interval), and
-# one the analysis pages and Capacity's trend share (the union of their signals and each row's recipe, ~20 MB;
-# one of their own each was ~32 MB). One window for all was measured too: it made the Fleet page hold twice
-# as much and pay twice the top-up per interval for signals it never draws.
-ANALYSIS_WINDOW_SIGNALS: tuple[str, ...] = tuple(
-    dict.fromkeys((*sample_bins.ANALYSIS_SIGNALS, *scaling.SATURATION_SIGNALS))
-)
-_TAILS: dict[tuple[str, bool], RawTail] = {}
+# Per store path, the Fleet chart's raw window (≤ 15 min, every target) kept between intervals: each new
+# interval reads only the rows written since (``RawTail``), not 15 minutes × every server again (~10 MB at
+# 1,000 servers). The analysis pages keep none: theirs held eight signals and recipes (~40 MB with the
+# allocator's share at 1,000 servers) to save a 0.5 s read on a page that reruns on a click, not every
+# interval; Capacity's trend reads the 1 min tier.
+_TAILS: dict[str, RawTail] = {}
 _TAILS_LOCK = threading.Lock()
 
 
-def _tail(path: str, *, analysis: bool = False) -> RawTail:
-    """The store's raw window for the Fleet chart, or (``analysis``) for the analysis pages' reads."""
+def _tail(path: str) -> RawTail:
     with _TAILS_LOCK:
-        found = _TAILS.get((path, analysis))
+        found = _TAILS.get(path)
         if found is None:
-            signals = ANALYSIS_WINDOW_SIGNALS if analysis else fleet_frames.FLEET_SERIES_SIGNALS
-            found = _TAILS[(path, analysis)] = RawTail(signals, recipes=analysis)
+            found = _TAILS[path] = RawTail(fleet_frames.FLEET_SERIES_SIGNALS)
         return found
 
 

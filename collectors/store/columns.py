@@ -222,16 +222,6 @@ def target_codes(target: ObjectArray) -> IntArray:
     return rank[codes]
 
 
-def select(columns: SampleColumns, signals: Sequence[str], *, recipes: bool) -> SampleColumns:
-    """``columns`` with only ``signals`` (in that order) and recipe ids only if ``recipes``: the same arrays,
-    no copy."""
-    return replace(
-        columns,
-        values={name: columns.values[name] for name in signals},
-        recipe_id=columns.recipe_id if recipes else None,
-    )
-
-
 def take(columns: SampleColumns, index: npt.NDArray[np.intp] | npt.NDArray[np.bool_]) -> SampleColumns:
     return SampleColumns(
         columns.target[index],
@@ -586,21 +576,7 @@ class RawTail:
         self.full_reads = 0  # how often the whole window was read (tests and the bench look)
         self.tail_rows = 0  # rows read as tails
 
-    def serves(self, signals: Sequence[str], *, recipes: bool) -> bool:
-        """Whether a read of ``signals`` (with recipes or not) can come from this window (``select``)."""
-        return set(signals) <= set(self.signals) and (self.recipes or not recipes)
-
-    def read(
-        self,
-        connection: sqlite3.Connection,
-        start_ts: float,
-        end_ts: float,
-        signals: Sequence[str] | None = None,
-        *,
-        recipes: bool | None = None,
-    ) -> SampleColumns:
-        """The window's rows in [start_ts, end_ts]: every signal held, or only ``signals``; recipes as held,
-        or only if ``recipes`` (see ``serves``)."""
+    def read(self, connection: sqlite3.Connection, start_ts: float, end_ts: float) -> SampleColumns:
         with self._lock:
             if self._held is None or start_ts < self._start_ts or not self._still_valid(connection):
                 self._load(connection, start_ts)
@@ -608,12 +584,7 @@ class RawTail:
                 self._top_up(connection, start_ts)
             held = self._held
             assert held is not None
-            if signals is not None or recipes is not None:
-                with_recipes = self.recipes if recipes is None else recipes
-                held = select(held, self.signals if signals is None else signals, recipes=with_recipes)
             # Everything held is at or after start_ts; usually nothing is past end_ts either (no copy then).
-            # When rows are (a cycle stamped after the window's end), only the asked-for columns are copied:
-            # all of them were 16 MB per read at 1,000 servers.
             if len(held) == 0 or held.ts.max() <= end_ts:
                 return held
             return take(held, held.ts <= end_ts)

@@ -331,9 +331,9 @@ class SqliteStore:
         recipes: bool = False,
     ) -> SampleColumns:
         """What ``read_samples`` reads, as numpy columns of only ``signals`` (``columns.py``): the same tier,
-        means, regrouping and order. ``tail`` (holding at least ``signals``, and recipes if asked) keeps a
-        fleet-wide raw window in memory between calls and reads only the rows written since; ``recipes`` adds
-        each row's recipe_id. Other fleet-wide reads go a batch of targets (raw rows: a slice
+        means, regrouping and order. ``tail`` (its signals = ``signals``) keeps a fleet-wide raw window in
+        memory between calls and reads only the rows written since; ``recipes`` adds each row's recipe_id
+        (the tail's ``recipes`` must match). Other fleet-wide reads go a batch of targets (raw rows: a slice
         of the range) at a time, each regrouped before the next is read (``read_fleet``): the same result
         to the bit, without holding every row of the range at once."""
         try:
@@ -344,9 +344,12 @@ class SqliteStore:
                     found = read_tier(connection, tier, start_ts, end_ts, signals, targets, recipes=recipes)
                 else:
                     found = read_raw(connection, start_ts, end_ts, signals, targets, recipes=recipes)
-            elif tier is None and tail is not None and tail.serves(signals, recipes=recipes):
-                # the tail holds its window: the asked-for columns of it, regrouped after, below
-                found = tail.read(connection, start_ts, end_ts, signals, recipes=recipes)
+            elif (
+                tier is None
+                and tail is not None
+                and (tuple(signals), recipes) == (tail.signals, tail.recipes)
+            ):
+                found = tail.read(connection, start_ts, end_ts)  # holds its window: regrouped after, below
             else:  # every target, a batch at a time, each regrouped as it comes (``read_fleet``)
                 return read_fleet(connection, tier, start_ts, end_ts, signals, max_points, recipes=recipes)
         except sqlite3.Error as exc:

@@ -298,27 +298,3 @@ def test_a_tail_with_recipes_equals_the_full_frame_through_slides_new_targets_an
     same(end - 900.0, end + 5.0, 300)
     same(end - 900.0, end + 5.0, 40)
     assert tail.full_reads == 1
-
-
-def test_a_wider_tail_serves_every_narrower_read_as_a_read_of_its_own(store: SqliteStore) -> None:
-    """One raw window per store serves the Fleet chart, the analysis pages and Capacity's trend: a read of
-    some of its signals (with or without recipes) equals that read made alone, and tops the window up once."""
-    wide = RawTail(("tpot_s", *SIGNALS), recipes=True)
-    end = T0 + 5.0 * 12 * 30
-    for k in range(3):
-        window = (end - 900.0 + 5.0 * k, end + 5.0 * k)
-        for signals, recipes in (((SIGNALS[1],), False), (SIGNALS, True), (("tpot_s", SIGNALS[0]), False)):
-            for points in (150, 2000):
-                got = store.read_columns(*window, signals, points, tail=wide, recipes=recipes)
-                alone = store.read_columns(*window, signals, points, recipes=recipes)
-                assert list(got.values) == list(signals)
-                assert (got.recipe_id is None) == (not recipes)
-                if recipes:
-                    assert got.recipe_id is not None
-                    assert alone.recipe_id is not None
-                    assert list(got.recipe_id) == list(alone.recipe_id)
-                _same(got, _as_frame(alone).reset_index(drop=True))
-        _cycles(store, 12 * 30 + k, 12 * 30 + k + 1, ["b", "a", "c"])
-    assert wide.full_reads == 1
-    assert not RawTail(SIGNALS).serves(SIGNALS, recipes=True)  # a window without recipes cannot say them
-    assert not wide.serves(("kv_usage",), recipes=False)

@@ -64,47 +64,6 @@ def test_fleet_signals_frame_is_the_same_from_any_backend(
     pd.testing.assert_frame_equal(got, other.reset_index(drop=True), check_exact=True)
 
 
-def test_a_live_trend_read_through_a_raw_tail_equals_a_full_read(tmp_path: Path) -> None:
-    from collectors.store.columns import RawTail
-    from views.scaling import SATURATION_SIGNALS
-
-    store = SqliteStore(tmp_path / "h.sqlite")
-    tail = RawTail(SATURATION_SIGNALS)
-
-    def cycle(k: int) -> None:
-        store.append(
-            [
-                TargetSnapshot(
-                    name,
-                    T0 + 5.0 * k,
-                    True,
-                    None,
-                    Signals(
-                        **{
-                            s: None if (k + i) % 5 == 0 else k + i + n
-                            for n, s in enumerate(SATURATION_SIGNALS)
-                        }
-                    ),
-                    "r-1",
-                    "east",
-                    0.004,
-                )
-                for i, name in enumerate(["b", "a"])
-            ]
-        )
-
-    for k in range(200):
-        cycle(k)
-    for k in range(200, 230):  # the window slides with each cycle, the tail reads only the new rows
-        end = T0 + 5.0 * k
-        window = TimeWindow(end - 900.0, end)
-        got = data._signals_frame(store, window, 120, SATURATION_SIGNALS, False, tail)
-        full = data._signals_frame(store, window, 120, SATURATION_SIGNALS, False)
-        pd.testing.assert_frame_equal(got, full, check_exact=True)
-        cycle(k)
-    assert tail.full_reads == 1
-
-
 def test_an_analysis_read_holds_at_most_the_row_budget_and_every_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,6 @@ from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
-SATURATION_POINTS = 120  # per server over the trend's window (at most the last hour)
 TOP_SERVERS = 20  # the side-by-side bars show the most loaded servers; the scatter shows all
 ATTENTION_LIST = 8  # per-server verdicts spelled out for the first few servers that bind
 
@@ -93,7 +92,7 @@ def _live(ctx: PageContext) -> None:
             st.markdown(f"**Side by side, the {len(top)} most loaded**")
             st.altair_chart(analysis_charts.pools_bars(top), width="stretch")
         _attention(capacity)
-        _saturation(ctx, now_ts, len(table))
+        _saturation(ctx, now_ts)
         st.dataframe(
             capacity.assign(
                 _order=capacity["binding"].map(BINDING_ORDER),
@@ -240,11 +239,13 @@ SCALING_COLUMNS = {
 }
 
 
-def _saturation(ctx: PageContext, now_ts: float, servers: int) -> None:
+def _saturation(ctx: PageContext, now_ts: float) -> None:
     """When each pool binds at the trend of the last 30 minutes (servers whose pools are rising first)."""
-    points = min(SATURATION_POINTS, blocks.analysis_points(servers))  # the analysis pages' row budget
+    # A point a minute: the 1 min tier, however many servers (a straight line needs no more, and a raw
+    # window of 1,000 servers held ~30 MB to be refreshed every interval).
+    trend_s = min(ctx.range_s, 3600.0)
     _, history = data.fleet_signals(
-        ctx.store_path, now_ts, min(ctx.range_s, 3600.0), ctx.interval_s, points, scaling.SATURATION_SIGNALS
+        ctx.store_path, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), scaling.SATURATION_SIGNALS
     )
     found = scaling.time_to_bind(history, BINDS_AT, now_ts)
     frame = scaling.saturation_frame(found)
