@@ -173,7 +173,10 @@ def _latest_of(store: HistoryStore, since_ts: float) -> pd.DataFrame:
     return snapshots_frame(store.latest(since_ts))
 
 
-@st.cache_data(ttl=120, max_entries=64, show_spinner=False)
+# Interval-keyed caches (latest, samples, the live series, events, alert frames) hold few entries: a key is
+# not asked for again once its interval passed, and at 1,000 servers an entry is up to ~1 MB (an open Server
+# tab at 15 min made one per interval: 60 kept for 5 min).
+@st.cache_data(ttl=120, max_entries=8, show_spinner=False)
 def latest(path: str, since_ts: float) -> pd.DataFrame:
     """The newest snapshot of each target seen since ``since_ts`` (one row per target, sorted by target)."""
     return reader(path).call(lambda store: _latest_of(store, since_ts))
@@ -206,7 +209,7 @@ def _latest_background(path: str, horizon_s: float) -> pd.DataFrame:
     return reader(path).call(lambda store: _latest_of(store, since))
 
 
-@st.cache_data(ttl=300, max_entries=256, show_spinner=False)
+@st.cache_data(ttl=300, max_entries=32, show_spinner=False)
 def samples(
     path: str, start_ts: float, end_ts: float, targets: tuple[str, ...] | None, max_points: int
 ) -> pd.DataFrame:
@@ -223,31 +226,6 @@ def samples(
 # Fleet-wide reads over long ranges cost seconds in SQLite (every row is bucketed), so beyond this range they
 # are served from a cache refreshed in the background once a minute instead of blocking a rerun.
 _BACKGROUND_BEYOND_S = 900.0
-
-
-def fleet_samples(
-    path: str, now_ts: float, range_s: float, interval_s: float, max_points: int
-) -> tuple[TimeWindow, pd.DataFrame]:
-    """Every target's history over the selected range (≤ ``max_points`` rows per target) and its window."""
-    if range_s <= _BACKGROUND_BEYOND_S:
-        window = quantised_window(now_ts, range_s, interval_s, max_points)
-        return window, samples(path, window.start_ts, window.end_ts, None, max_points)
-    start_ts, end_ts, frame = _fleet_samples_background(path, range_s, interval_s, max_points)
-    return TimeWindow(start_ts, end_ts), frame
-
-
-# Cached values are plain types (floats, DataFrames): Streamlit pickles them, and a class of ours would stop
-# unpickling if its module were reloaded (Streamlit reloads changed modules between reruns).
-@st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
-def _fleet_samples_background(
-    path: str, range_s: float, interval_s: float, max_points: int
-) -> tuple[float, float, pd.DataFrame]:
-    window = quantised_window(time.time(), range_s, interval_s, max_points)
-    frame = reader(path).call(
-        lambda store: store.read_samples(window.start_ts, window.end_ts, None, max_points)
-    )
-    frame["time"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
-    return window.start_ts, window.end_ts, frame
 
 
 # glibc keeps the heap a large read freed (a 1 h fleet read builds ~700 k raw rows before regrouping them to
@@ -277,8 +255,9 @@ def fleet_signals(
     recipes: bool = False,
     prepared: bool = False,
 ) -> tuple[TimeWindow, pd.DataFrame]:
-    """``fleet_samples`` restricted to ts, target, up, ``signals`` (and recipe_id if ``recipes``): the same
-    rows and values, read as columns. The Context, Capacity and Recipes pages use 4–8 of the 25 columns: a
+    """Every target's history over the selected range (≤ ``max_points`` rows per target) and its window,
+    restricted to ts, target, up, ``signals`` (and recipe_id if ``recipes``): ``read_samples``' rows and
+    values, read as columns. The Context, Capacity and Recipes pages use 4–8 of the 25 columns: a
     1,000-server day of full frames cost seconds and hundreds of MB.
 
     ``prepared``: the frame the analysis pages work on instead (``sample_bins.prepare``: rows of servers up
@@ -416,7 +395,7 @@ def _series_of(columns: SampleColumns, window: TimeWindow, points: int) -> tuple
     return series, first_ts
 
 
-@st.cache_data(ttl=300, max_entries=64, show_spinner=False)
+@st.cache_data(ttl=300, max_entries=16, show_spinner=False)
 def _fleet_series_live(path: str, start_ts: float, end_ts: float, points: int) -> tuple[pd.DataFrame, float]:
     window = TimeWindow(start_ts, end_ts)
     tail = _tail(path)
@@ -425,6 +404,9 @@ def _fleet_series_live(path: str, start_ts: float, end_ts: float, points: int) -
     )
 
 
+# Cached values are plain types (floats, DataFrames), not ``FleetSeries``: Streamlit pickles them, and a
+# class of ours would stop unpickling if its module were reloaded (Streamlit reloads changed modules between
+# reruns).
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False, refresh_mode="background")
 def _fleet_series_background(
     path: str, range_s: float, interval_s: float, points: int
@@ -436,7 +418,7 @@ def _fleet_series_background(
     return window.start_ts, window.end_ts, series, first_ts
 
 
-@st.cache_data(ttl=300, max_entries=128, show_spinner=False)
+@st.cache_data(ttl=300, max_entries=32, show_spinner=False)
 def events(path: str, start_ts: float, end_ts: float, targets: tuple[str, ...] | None) -> pd.DataFrame:
     """Restarts, recipe changes, up/down and alert transitions: columns ts, time, target, kind, detail."""
     found = reader(path).call(
@@ -590,7 +572,7 @@ def alert_board(path: str, tick: int, start_ts: float, end_ts: float) -> AlertBo
     return None if found is None else AlertBoard(*found)
 
 
-@st.cache_data(ttl=120, max_entries=64, show_spinner=False)
+@st.cache_data(ttl=120, max_entries=16, show_spinner=False)
 def _alert_frames(
     path: str, tick: int, start_ts: float, end_ts: float
 ) -> tuple[pd.DataFrame, pd.DataFrame] | None:

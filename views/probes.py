@@ -24,7 +24,7 @@ MEASURED_BY_PROBES = (
 
 
 # -- reads ---------------------------------------------------------------------------------------------------
-@st.cache_data(ttl=120, max_entries=64, show_spinner=False)
+@st.cache_data(ttl=120, max_entries=16, show_spinner=False)  # window-keyed: few (views/data.py)
 def probe_rows(path: str, start_ts: float, end_ts: float) -> pd.DataFrame:
     """Every probe (and skipped probe) stored in [start_ts, end_ts]."""
     store = ProbeStore(path, create=False)
