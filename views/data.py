@@ -296,11 +296,12 @@ def _signals_frame(
 
 # Kept as they are (cache_resource), not pickled: a pickled cache holds a second copy of every ~30 MB frame
 # and unpickles a third on every rerun. Pages never modify them (they filter, which copies).
-# Few entries, because each holds up to the analysis pages' row budget (~100 k rows, ~13 MB) and the
+# Few entries, because each holds up to the analysis pages' row budget (~100 k rows, ~15 MB) and the
 # dashboard's memory is bounded (< 300 MB at 1,000 servers): a live window moves every interval, so one entry
-# per kind of read (the analysis pages', Capacity's trend) is all a rerun can use; longer ranges keep the last
-# two ranges' frames (switching back is warm), a third range read evicts the oldest.
-@st.cache_resource(ttl=300, max_entries=2, show_spinner=False)
+# per kind of read (the analysis pages', Capacity's trend) is all a rerun can use, and not for long; longer
+# ranges keep two (the range shown and the trend, or the last two ranges: switching back is warm), a third
+# evicts the least recently used (three held 44 MB at 1,000 servers).
+@st.cache_resource(ttl=60, max_entries=2, show_spinner=False)
 def _signals_live(
     path: str,
     start_ts: float,
@@ -316,7 +317,7 @@ def _signals_live(
     )
 
 
-@st.cache_resource(ttl=60, max_entries=3, show_spinner=False, refresh_mode="background")
+@st.cache_resource(ttl=60, max_entries=2, show_spinner=False, refresh_mode="background")
 def _signals_background(
     path: str,
     range_s: float,
