@@ -19,14 +19,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +30,7 @@ import yaml
 
 from bench import bench_pages
 from collectors.store.history import SqliteStore
+from tests.loopback import CHROMIUM, CHROMIUM_ARGS, free_port, stop_group, wait_healthy
 from views.menu import PAGES
 
 SERVERS = 1000
@@ -51,12 +48,6 @@ def _status_mb(pid: int) -> tuple[float, float]:
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _collector(store_path: Path, stop: Any) -> None:
@@ -79,24 +70,9 @@ def _store() -> Path:
     return path
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:  # noqa: S310 (loopback)
-                if answer.read() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"streamlit not healthy within {timeout_s:.0f} s")
-
-
 def main() -> dict[str, object]:
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
     store_path = _store()
     bench_pages._catch_up(store_path)
     folder = Path(tempfile.mkdtemp(prefix="specwatch-bench-rss-"))
@@ -110,7 +86,7 @@ def main() -> dict[str, object]:
     stop = context.Event()
     collector = context.Process(target=_collector, args=(store_path, stop))
     collector.start()
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         str(Path(sys.executable).with_name("streamlit")), "run", "app.py", "--server.address", "127.0.0.1",
@@ -125,12 +101,10 @@ def main() -> dict[str, object]:
     result: dict[str, object] = {"servers": SERVERS, "store_mb": round(store_path.stat().st_size / 1e6)}
     views: dict[str, object] = {}
     try:
-        _wait_healthy(url, server)
+        wait_healthy(url, server, log)
         result["started_rss_mb"] = round(_status_mb(server.pid)[0])
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-            )
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1500, "height": 1200})
 
             sidebar = page.locator('[data-testid="stSidebar"]')
@@ -170,12 +144,7 @@ def main() -> dict[str, object]:
                 result[f"peak_rss_after_{phase}_mb"] = round(_status_mb(server.pid)[1])
             browser.close()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
+        stop_group(server)
         stop.set()
         collector.join(timeout=30)
     result["views"] = views

@@ -1,8 +1,14 @@
-"""Helpers shared by tests that start real processes on 127.0.0.1: free ports and Debian's chromium."""
+"""Helpers shared by tests (and the dashboard benchmark) that start real processes on 127.0.0.1: free ports,
+Debian's chromium, a Streamlit server's health and a process group's end."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,3 +38,29 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
+    """Until the Streamlit server at ``url`` answers its health check; its log's tail if it exits or never
+    does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"streamlit exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:  # noqa: S310 (loopback)
+                if answer.read() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"streamlit not healthy within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group started with ``start_new_session=True``; SIGKILL after 20 s."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)

@@ -13,7 +13,6 @@ It must listen on loopback only, show nothing before the token, and render every
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import pytest
 import yaml
 
 from tests.collectors.servers import LoopbackServer
-from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
+from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port, stop_group
 from tests.security.hostile import Canary, canary, status_line_server
 from views.menu import PAGES
 
@@ -140,12 +139,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             wait_until(healthy, "streamlit not healthy", process, log)
             yield Dashboard(url, port, trap, store)
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+            stop_group(process)
             evil.stop()
 
 

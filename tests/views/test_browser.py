@@ -8,14 +8,11 @@ the websocket carries < 2 MB per page, and a screenshot of each page at 1 h land
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +20,7 @@ import pytest
 import yaml
 
 from collectors.store.history import SqliteStore
-from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port
+from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port, stop_group, wait_healthy
 from views.menu import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,20 +40,6 @@ CHART_FACTS = """() => [...document.querySelectorAll('[data-testid="stVegaLiteCh
 }))"""
 
 pytestmark = BROWSER_MARKS
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"streamlit exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:  # noqa: S310 (loopback)
-                if answer.read() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"streamlit not healthy within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -85,12 +68,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         wait_healthy(url, process, log)
         yield url, store_path
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        stop_group(process)
         SCREENSHOTS.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(log, SCREENSHOTS.parent / "streamlit-browser.log")  # kept with the screenshots
 
