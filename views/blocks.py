@@ -41,8 +41,8 @@ def empty_store_message(ctx: PageContext) -> str:
 ANALYSIS_POINTS = 300
 # ... and per read, whatever the fleet: beyond ~330 servers each gets fewer points (100 at 1,000), coarser
 # buckets from a coarser tier. Every pandas step of the analysis pages copies its frame, so the rows of one
-# read set the dashboard's memory (300 k rows: ~30 MB held per range and as much again per filter; the
-# dashboard stays under 300 MB at 1,000 servers) and its cold time. Fleet-wide bins keep ~100 k samples.
+# read set the dashboard's memory (300 k rows: ~30 MB held per range and as much again per filter) and its
+# cold time (docs/views.md). Fleet-wide bins keep ~100 k samples.
 ANALYSIS_ROWS = 100_000
 ANALYSIS_MIN_POINTS = 60  # a server's own view (sweep, split in time) still has a few samples per bin
 

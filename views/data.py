@@ -297,7 +297,7 @@ def _signals_frame(
 # Kept as they are (cache_resource), not pickled: a pickled cache holds a second copy of every ~30 MB frame
 # and unpickles a third on every rerun. Pages never modify them (they filter, which copies).
 # Few entries, because each holds up to the analysis pages' row budget (~100 k rows, ~15 MB) and the
-# dashboard's memory is bounded (< 300 MB at 1,000 servers): a live window moves every interval, so one entry
+# dashboard's memory has a budget (300 MB at 1,000 servers): a live window moves every interval, so one entry
 # per kind of read (the analysis pages', Capacity's trend) is all a rerun can use, and not for long; longer
 # ranges keep two (the range shown and the trend, or the last two ranges: switching back is warm), a third
 # evicts the least recently used (three held 44 MB at 1,000 servers).
