@@ -202,8 +202,23 @@ def start_runtime(key: str, _config: Config, collect: bool) -> Runtime:
         log.exception("specwatch runtime failed to start")
         runtime.error = f"{type(exc).__name__}: {exc}"
         runtime.note = "collector not running"
-    atexit.register(runtime.stop)
+    _stop_at_exit(runtime.stop)
     return runtime
+
+
+def _stop_at_exit(stop: Callable[[], None]) -> None:
+    """Run ``stop`` when the process ends, before the interpreter waits for worker threads.
+
+    Ctrl-C or SIGTERM ends Streamlit's main thread; the interpreter then joins every non-daemon thread (a
+    probe sweep in its pool, the collector's) and only after that runs ``atexit``: the threads were never told
+    to stop, and ``make run`` took up to a minute to exit. ``threading._register_atexit`` (what
+    ``concurrent.futures`` uses to end its pools) runs before that join; ``atexit`` where it is missing.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if callable(register):
+        register(stop)
+    else:
+        atexit.register(stop)
 
 
 @st.cache_resource(show_spinner=False)

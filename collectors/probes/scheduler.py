@@ -56,9 +56,9 @@ class ProbeScheduler:
         except StoreError as exc:
             log.warning("probes: %s; starting with an empty budget ledger", exc)
             spent, self._last_sweep = [], {}
-        self.prober = Prober(config, self._session, clock=clock, spent=spent)
-        self._pool = ThreadPoolExecutor(MAX_PARALLEL_TARGETS, thread_name_prefix="specwatch-probe")
         self._stop = threading.Event()
+        self.prober = Prober(config, self._session, clock=clock, spent=spent, stopping=self._stop)
+        self._pool = ThreadPoolExecutor(MAX_PARALLEL_TARGETS, thread_name_prefix="specwatch-probe")
         self._thread: threading.Thread | None = None
         self._last_prune = now
         self.sweeps = 0
@@ -136,7 +136,8 @@ class ProbeScheduler:
             self._stop.wait(min([5.0, *[max(w, 0.05) for w in waits]]))
 
     def stop(self) -> None:
-        """Stop sweeping; a probe in flight finishes (bounded by probes.timeout_s)."""
+        """Stop sweeping: no further probe is sent, one in flight is cut at its next chunk (a server still in
+        prefill answers no chunk: bounded by probes.timeout_s)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

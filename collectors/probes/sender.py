@@ -59,8 +59,12 @@ class Prober:
         *,
         clock: Callable[[], float] = time.time,
         spent: Sequence[tuple[str, float, int]] = (),
+        stopping: threading.Event | None = None,
     ) -> None:
         self._settings = config.probes
+        # Set when specwatch shuts down: no further probe is sent and one in flight is cut at its next chunk
+        # (a sweep of long contexts otherwise kept the process alive for up to a minute after Ctrl-C).
+        self._stopping = stopping if stopping is not None else threading.Event()
         self._scrape = config.scrape
         self._fetcher = Fetcher(config.scrape)
         self._session = session
@@ -108,7 +112,15 @@ class Prober:
         if reason is not None:
             return skipped(reason)
         # One request at a time: a probe adds one request to the batch, never a burst.
-        return [self._probe(target, recipe_id, context, running) for context in contexts]
+        results = []
+        for context in contexts:
+            if self._stopping.is_set():
+                break  # shutting down: the lengths not probed yet are not sent
+            result = self._probe(target, recipe_id, context, running)
+            if result.error is not None and self._stopping.is_set():
+                break  # cut off by the shutdown: not a measurement of the server, so not stored either
+            results.append(result)
+        return results
 
     def _charge(self, target: str, ts: float, tokens: int) -> None:
         with self._lock:
@@ -225,7 +237,7 @@ class Prober:
         first: tuple[float, dict[str, Any]] | None = None
         last: tuple[float, dict[str, Any]] | None = None
         done = False
-        for line in _lines(response, shown):
+        for line in _lines(response, shown, self._stopping):
             if not line.startswith(b"data:"):
                 continue  # blank separators, comments, event: lines
             data = line[5:].strip()
@@ -252,10 +264,13 @@ class Prober:
         return _Stream(first[0], last[0], first[1], last[1])
 
 
-def _lines(response: requests.Response, shown: str) -> Iterator[bytes]:
-    """The stream's lines; a line or an answer past its cap is refused (the deadline bounds only time)."""
+def _lines(response: requests.Response, shown: str, stopping: threading.Event) -> Iterator[bytes]:
+    """The stream's lines; a line or an answer past its cap is refused (the deadline bounds only time), and
+    the stream is cut at the next chunk once ``stopping`` is set."""
     pending, total = b"", 0
     for chunk in response.iter_content(65536):
+        if stopping.is_set():
+            raise ProbeError(f"{shown}: cut off mid-answer: specwatch is stopping")
         total += len(chunk)
         if total > _MAX_STREAM_BYTES:
             raise ProbeError(f"{shown}: the answer passed {_MAX_STREAM_BYTES // 2**20} MiB; refused")

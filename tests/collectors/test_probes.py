@@ -354,3 +354,65 @@ def test_bad_probe_settings_name_the_key(probes: dict[str, Any], key: str) -> No
 def test_probe_lengths_are_swept_shortest_first_once_each() -> None:
     config = parse_config({"probes": {"context_tokens": [65536, 1024, 8192, 1024]}})
     assert config.probes.context_tokens == (1024, 8192, 65536)  # the 1K probe calibrates the long ones
+
+
+class _Endless(BaseHTTPRequestHandler):
+    """A /generate that keeps decoding: one SSE event every 0.1 s for a minute (a long probe in flight), one
+    HTTP chunk each, as SGLang's streaming response sends them."""
+
+    protocol_version = "HTTP/1.1"
+    requests: ClassVar[int] = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).requests += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        meta = {"meta_info": {"prompt_tokens": 512, "completion_tokens": 1, "spec_verify_ct": 1}}
+        event = b"data: " + json.dumps(meta).encode() + b"\n\n"
+        try:
+            for _ in range(600):
+                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass  # the probe hung up
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_stopping_cuts_the_probe_in_flight_and_sends_no_more(tmp_path: Path) -> None:
+    """Ctrl-C on the dashboard: a sweep of long contexts must not keep the process alive for minutes."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        config = parse_config(
+            {
+                "targets": [
+                    {"name": "busy", "url": f"http://127.0.0.1:{server.server_address[1]}", "probe": True}
+                ],
+                "store": {"path": str(tmp_path / "h.sqlite")},
+                "probes": {"enabled": True, "context_tokens": [1024, 2048, 4096], "timeout_s": 60},
+            }
+        )
+        stopping = threading.Event()
+        found: list[list[ProbeResult]] = []
+        with requests.Session() as session:
+            prober = Prober(config, session, stopping=stopping)
+            sweep = threading.Thread(target=lambda: found.append(prober.sweep(config.targets[0], None, None)))
+            sweep.start()
+            time.sleep(0.5)  # the first probe is streaming
+            stopped_at = time.monotonic()
+            stopping.set()
+            sweep.join(timeout=10)
+            took_s = time.monotonic() - stopped_at
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not sweep.is_alive()
+    assert took_s < 2.0  # one chunk's wait, not the minute the answer would take
+    assert found == [[]]  # the cut probe is no measurement of the server: nothing to store or show
+    assert _Endless.requests == 1  # the 2,048 and 4,096 probes were never sent
