@@ -246,7 +246,7 @@ def release_freed_memory() -> None:
 
 # Arrow buffers (every table and chart Streamlit sends, pandas' string columns) come from the system
 # allocator: pyarrow's default pool (mimalloc) keeps freed segments for reuse, and a 1,000-server dashboard
-# that had shown every page held 25–45 MB more that way (`bench dashboard_rss`: 345–368 → 321 MB).
+# that had shown every page held 25–45 MB more that way (`bench dashboard_rss`: 345–368 → 317–326 MB).
 # Process-wide, once (this module is imported once; app.py, the script, reruns).
 pyarrow.set_memory_pool(pyarrow.system_memory_pool())
 
