@@ -13,6 +13,8 @@ import pytest
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.history import SqliteStore
+from views.sample_bins import ANALYSIS_SIGNALS
+from views.scaling import SATURATION_SIGNALS
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 SIGNALS = ("output_tok_s", "accept_length", "step_latency_s")
@@ -197,19 +199,8 @@ def test_latest_rows_make_the_same_frame_as_latest_snapshots(store: SqliteStore)
 
 
 # -- the analysis pages' reads: their signals and each row's recipe, as the frame they replace --------------
-ANALYSIS = (
-    "accept_length",
-    "step_latency_s",
-    "running",
-    "avg_context_tokens",
-    "output_tok_s",
-    "per_request_tok_s",
-    "ttft_s",
-    "tpot_s",
-    "max_running",
-    "state_pool_usage",
-    "kv_usage",
-)
+# What the Context, Capacity and Recipes pages read (their signals, then the trend's), defined where they are.
+ANALYSIS = tuple(dict.fromkeys((*ANALYSIS_SIGNALS, *SATURATION_SIGNALS)))
 
 
 def _analysis_snap(i: int, target: str, k: int) -> TargetSnapshot:
