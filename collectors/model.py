@@ -158,6 +158,9 @@ class TargetSnapshot:
     # True when the source could not say how the target is (Prometheus unreachable, or a partial answer
     # without it): ``up`` is then False but means *not known*, never down, and every signal is None.
     unknown: bool = False
+    # The events each configured SLI counted since the previous scrape, as (SLI key, good, total)
+    # (``collectors.slo``); an SLI absent here is unknown this cycle (first scrape, restart, not exposed).
+    slo_events: tuple[tuple[str, float, float], ...] = ()
 
     def as_record(self, recipe: Recipe | None = None) -> dict[str, Any]:
         """The snapshot JSON of ``python -m collectors --json`` (flat; null for unknown)."""

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import requests
@@ -125,6 +125,8 @@ class Collector:
         self._config_error: str | None = None
         self._config_events: list[Event] = []
 
+        self._labels: dict[str, dict[str, str]] = {}
+        self._labels_of: tuple[Target, ...] | None = None
         self._cycles = 0
         self._last_cycle_ts: float | None = None
         self._last_cycle_duration_s: float | None = None
@@ -139,6 +141,14 @@ class Collector:
             finally:
                 self._cycle_lock.release()
         return self._targets
+
+    def target_labels(self, target: str) -> Mapping[str, str]:
+        """A target's configured labels ({} for one not configured now): SLO scopes read them."""
+        targets = self._targets
+        if self._labels_of is not targets:
+            self._labels = {t.name: dict(t.labels) for t in targets}
+            self._labels_of = targets
+        return self._labels.get(target, {})
 
     def recipe(self, target: str) -> Recipe | None:
         """The recipe in force for ``target`` (None until its /server_info was read)."""

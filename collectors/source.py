@@ -49,8 +49,9 @@ def make_source(
     """The source ``config.source`` names."""
     if config.source == "direct":
         from collectors.direct.source import DirectSource
+        from collectors.slo import build_slos, slis
 
-        return DirectSource(config.scrape, targets, clock=clock)
+        return DirectSource(config.scrape, targets, clock=clock, slis=slis(build_slos(config)))
     if config.source == "prometheus":
         from collectors.prometheus.source import PrometheusSource
 

@@ -8,6 +8,7 @@ from config.errors import ConfigError
 from config.loader import load_config, load_targets_file, parse_config
 from config.settings import (
     AlertSettings,
+    BurnWindowSettings,
     Config,
     DashboardSettings,
     DeliverySettings,
@@ -16,12 +17,17 @@ from config.settings import (
     PrometheusSettings,
     ScrapeSettings,
     SimSettings,
+    SliSettings,
+    SloAlertingSettings,
+    SloSettings,
     StoreSettings,
     Target,
+    parse_duration_s,
 )
 
 __all__ = [
     "AlertSettings",
+    "BurnWindowSettings",
     "Config",
     "ConfigError",
     "DashboardSettings",
@@ -31,9 +37,13 @@ __all__ = [
     "PrometheusSettings",
     "ScrapeSettings",
     "SimSettings",
+    "SliSettings",
+    "SloAlertingSettings",
+    "SloSettings",
     "StoreSettings",
     "Target",
     "load_config",
     "load_targets_file",
     "parse_config",
+    "parse_duration_s",
 ]

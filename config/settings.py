@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -258,6 +259,107 @@ class DashboardSettings(_Settings):
     )
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_DURATION_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_duration_s(text: str) -> float:
+    """``28d``, ``6h``, ``30m``, ``90s``, ``4w`` → seconds; ValueError in words otherwise."""
+    found = _DURATION.match(text)
+    if found is None:
+        raise ValueError("a duration such as 28d, 6h, 30m or 90s")
+    return float(found.group(1)) * _DURATION_S[found.group(2)]
+
+
+class BurnWindowSettings(_Settings):
+    """One multi-window burn-rate condition: both windows' burn rates must exceed ``factor``."""
+
+    long_s: float = Field(gt=0, le=400 * 86400, description="The long window, seconds (e.g. 3600).")
+    short_s: float = Field(gt=0, description="The short window, seconds (e.g. 300); shorter than long_s.")
+    factor: float = Field(gt=0, description="Burn rate (error ratio ÷ (1 − objective)) both must exceed.")
+
+    @model_validator(mode="after")
+    def _short_inside_long(self) -> BurnWindowSettings:
+        if self.short_s >= self.long_s:
+            raise ValueError(f"short_s ({self.short_s:g}) must be shorter than long_s ({self.long_s:g})")
+        return self
+
+
+class SloAlertingSettings(_Settings):
+    page: tuple[BurnWindowSettings, ...] | None = Field(
+        None,
+        description="Page conditions (default: the SRE workbook's 14.4× over 1 h and 5 m, 6× over 6 h and "
+        "30 m, scaled from 30 days to the SLO's window).",
+    )
+    ticket: tuple[BurnWindowSettings, ...] | None = Field(
+        None, description="Ticket conditions (default: 1× over 3 d and 6 h, scaled to the SLO's window)."
+    )
+    min_events: float = Field(
+        100.0,
+        ge=0,
+        description="Events needed in the long window before a burn can fire (a server with three requests "
+        "an hour never pages).",
+    )
+
+
+SliKind = Literal["ttft", "tpot", "e2e", "availability"]
+
+
+class SliSettings(_Settings):
+    kind: SliKind = Field(description="ttft, tpot, e2e (latency under threshold_s) or availability.")
+    threshold_s: float | None = Field(
+        None,
+        gt=0,
+        description="Latency SLIs: a request is good at or under this many seconds (a histogram bucket "
+        "boundary).",
+    )
+
+    @model_validator(mode="after")
+    def _threshold_for_latency(self) -> SliSettings:
+        if self.kind == "availability" and self.threshold_s is not None:
+            raise ValueError("availability takes no threshold_s (it is 1 − aborted ÷ requests)")
+        if self.kind != "availability" and self.threshold_s is None:
+            raise ValueError(f"a {self.kind} SLI needs threshold_s (seconds, a histogram bucket boundary)")
+        return self
+
+
+class SloSettings(_Settings):
+    name: str = Field(
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Unique name of the SLO (letters, digits, _ . : -).",
+    )
+    sli: SliSettings = Field(description="What a good event is: {kind, threshold_s}.")
+    objective: float = Field(gt=0, lt=1, description="Share of good events promised, e.g. 0.99.")
+    window: str = Field("28d", description="The SLO period over which the error budget is counted.")
+    match: dict[str, str] = Field(
+        default_factory=dict,
+        description="Target labels selecting the fleet it covers (default: every target; per deployment "
+        "too).",
+    )
+    buckets: tuple[float, ...] = Field(
+        (),
+        description="The servers' bucket boundaries for this SLI when not SGLang's defaults "
+        "(--bucket-time-to-first-token custom …), seconds.",
+    )
+    alerting: SloAlertingSettings = Field(
+        default_factory=SloAlertingSettings, description="Burn-rate alert conditions and traffic floor."
+    )
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        seconds = parse_duration_s(value)
+        if not 3600 <= seconds <= 400 * 86400:
+            raise ValueError("a period between 1h and 400d")
+        return value.strip()
+
+    @property
+    def window_s(self) -> float:
+        return parse_duration_s(self.window)
+
+
 class Config(_Settings):
     source: Literal["direct", "prometheus"] = Field("direct", description="Where signals come from.")
     scrape: ScrapeSettings = Field(default_factory=ScrapeSettings, description="Scrape timing and limits.")
@@ -279,6 +381,9 @@ class Config(_Settings):
         default_factory=ProbeSettings,
         description="Active probes: accept length and step latency at fixed context lengths.",
     )
+    slos: tuple[SloSettings, ...] = Field(
+        (), description="Service-level objectives: error budgets and burn-rate alerts (docs/slo.md)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -286,6 +391,9 @@ class Config(_Settings):
         duplicates = sorted(n for n, count in Counter(t.name for t in self.targets).items() if count > 1)
         if duplicates:
             raise ValueError(f"target names must be unique; repeated: {', '.join(duplicates)}")
+        repeated = sorted(n for n, count in Counter(s.name for s in self.slos).items() if count > 1)
+        if repeated:
+            raise ValueError(f"SLO names must be unique; repeated: {', '.join(repeated)}")
         if self.source == "prometheus" and self.prometheus is None:
             raise ValueError("source: prometheus needs a prometheus: {url: ...} section")
         return self

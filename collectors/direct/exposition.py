@@ -19,8 +19,11 @@ from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 
 from collectors.errors import BadExposition
 from collectors.signals import all_families
+from collectors.slo import format_le
 
-Kind = Literal["gauge", "cumulative"]
+# "bucket": one cumulative histogram bucket per wanted ``le`` (an SLO's threshold), kept under
+# ``collectors.slo.bucket_sample``'s key and summed like a counter.
+Kind = Literal["gauge", "cumulative", "bucket"]
 Dialect = Literal["text", "openmetrics"]
 
 # The samples derive.py reads, by canonical (colon) name, from the signal catalogue. "gauge": one live series
@@ -74,14 +77,23 @@ _Entry = tuple[str, Kind, tuple[tuple[str, str], ...]]
 
 
 def _lookup(wanted: Mapping[str, Kind]) -> dict[str, _Entry]:
-    """Both spellings of every wanted sample name → (canonical name, kind, extra matchers)."""
+    """Both spellings of every wanted sample name → (canonical name, kind, extra matchers).
+
+    A bucket is wanted as ``sglang:<name>_bucket{le=<le>}``: its entry's matchers list the wanted ``le``
+    values (several thresholds of one histogram share the entry)."""
     table: dict[str, _Entry] = {}
     for name, kind in wanted.items():
         if not name.startswith(_PREFIXES):
             raise ValueError(f"wanted sample {name!r} does not start with 'sglang:'")
+        le: tuple[tuple[str, str], ...] = ()
+        if kind == "bucket":
+            name, _, rest = name.partition("{le=")
+            le = (("le", rest.rstrip("}")),)
         suffix = name[len("sglang:") :]
         canonical = "sglang:" + suffix
-        entry = (canonical, kind, SAMPLE_MATCH.get(canonical, ()))
+        old = table.get(canonical)
+        match = (old[2] if old is not None else ()) + le if kind == "bucket" else ()
+        entry = (canonical, kind, match or SAMPLE_MATCH.get(canonical, ()))
         table["sglang:" + suffix] = entry
         table["sglang_" + suffix] = entry
     return table
@@ -259,7 +271,7 @@ class _Reader:
 
         if canonical in self.poisoned:
             return
-        if not math.isfinite(value) or (entry[1] == "cumulative" and value < 0):
+        if not math.isfinite(value) or (entry[1] != "gauge" and value < 0):
             self.poisoned.add(canonical)
             self.values.pop(canonical, None)
             self.note(f"{name} is {tokens[0]} on line {self.line_no(at)}; treated as unknown")
@@ -279,7 +291,12 @@ class _Reader:
         # while the tokenizer's counters and histograms exist only per priority: those are summed.
         canonical, kind, match = entry
         key: tuple[str, tuple[tuple[str, str], ...]] | None = None
-        if not (
+        if kind == "bucket":
+            le = _bucket_le(labels.get("le"))
+            if le is not None and ("le", le) in match and labels.get("tp_rank", "0") == "0":
+                pairs = tuple(sorted((k, v) for k, v in labels.items() if k not in ("pid", "le")))
+                key = (f"{canonical}{{le={le}}}", pairs)
+        elif not (
             labels.get("tp_rank", "0") != "0"
             or (kind == "gauge" and labels.get("priority", ""))
             or (match and any(labels.get(label) != wanted for label, wanted in match))
@@ -292,6 +309,14 @@ class _Reader:
                 self.series.clear()
             self.series[line[:close]] = read
         return read
+
+
+def _bucket_le(raw: str | None) -> str | None:
+    """A bucket's ``le`` in ``collectors.slo.format_le``'s spelling; None when it is no number."""
+    try:
+        return format_le(float(raw)) if raw is not None else None
+    except ValueError:
+        return None
 
 
 # First byte of a line: a sample's name starts with a letter, "_" or ":"; a comment with "#"; "\n" is a
@@ -322,6 +347,16 @@ class _Plan:
 
 
 _SIGNAL_PLAN = _Plan(_SIGNAL_LOOKUP)
+SamplePlan = _Plan  # what a reader of many bodies builds once: ``sample_plan(wanted)``
+
+
+def sample_plan(extra: Mapping[str, Kind] | None = None) -> SamplePlan:
+    """The signals' samples plus ``extra`` (an SLO's buckets and counters), compiled once for many bodies."""
+    if not extra:
+        return _SIGNAL_PLAN
+    return _Plan(_lookup({**SIGNAL_SAMPLES, **extra}))
+
+
 _NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:")
 _DELIMITERS = frozenset(b"{ \t")
 _SAMPLE_LINE_BYTES = re.compile(rb"^[^#\n]", re.MULTILINE)
@@ -394,6 +429,7 @@ def parse_exposition(
     content_type: str | None = None,
     wanted: Mapping[str, Kind] | None = None,
     max_samples: int | None = None,
+    plan: SamplePlan | None = None,
 ) -> Exposition:
     """Read the samples in ``wanted`` (default: what the signals need) from a /metrics body.
 
@@ -409,7 +445,8 @@ def parse_exposition(
     Other lines' names are checked by their first character only. A body the fast read cannot vouch for is
     read line by line, as before, so its error names the first bad line.
     """
-    plan = _SIGNAL_PLAN if wanted is None else _Plan(_lookup(wanted))
+    if plan is None:
+        plan = _SIGNAL_PLAN if wanted is None else _Plan(_lookup(wanted))
     text = _decode(body)
     _reject_other_formats(text, content_type)
     if max_samples is not None:

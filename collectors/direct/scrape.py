@@ -13,7 +13,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import urlencode
@@ -22,7 +22,7 @@ import aiohttp
 import urllib3.exceptions
 from yarl import URL
 
-from collectors.direct.exposition import SIGNAL_SAMPLES, Exposition, parse_exposition
+from collectors.direct.exposition import SIGNAL_SAMPLES, Exposition, SamplePlan, parse_exposition
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,
@@ -39,17 +39,26 @@ from config import ScrapeSettings, Target
 # merely mentions it, whatever the q-values, and ≥ 0.23 then renames sglang:* to sglang_*. The parser reads
 # both anyway.
 METRICS_ACCEPT = "text/plain;version=0.0.4,*/*;q=0.1"
+
+
 # prometheus_client (SGLang's /metrics) honours name[]: only these samples come back (histograms as _sum and
 # _count, no buckets), ~25 lines instead of ~560. A server that ignores the filter sends the whole body, which
 # parses the same. Both spellings are asked for (a newer prometheus_client writes sglang_ sample names), so
 # either kind of server answers with its samples.
-METRICS_PATH = "/metrics?" + urlencode(
-    [
-        ("name[]", spelling)
-        for name in SIGNAL_SAMPLES
-        for spelling in (name, name.replace("sglang:", "sglang_", 1))
-    ]
-)
+def metrics_path(names: Iterable[str] = ()) -> str:
+    """/metrics filtered to the signals' samples plus ``names`` (kept sample keys: a bucket key asks for its
+    histogram's ``_bucket`` lines), both spellings."""
+    wanted = dict.fromkeys([*SIGNAL_SAMPLES, *(name.partition("{")[0] for name in names)])
+    return "/metrics?" + urlencode(
+        [
+            ("name[]", spelling)
+            for name in wanted
+            for spelling in (name, name.replace("sglang:", "sglang_", 1))
+        ]
+    )
+
+
+METRICS_PATH = metrics_path()
 _URLS_MAX = 16_384
 
 
@@ -321,7 +330,12 @@ def scrape_metrics(
 
 
 async def scrape_metrics_async(
-    fetcher: Fetcher, target: Target, *, deadline: float | None = None
+    fetcher: Fetcher,
+    target: Target,
+    *,
+    deadline: float | None = None,
+    plan: SamplePlan | None = None,
+    path: str = METRICS_PATH,
 ) -> tuple[Exposition, Fetched]:
     """GET /metrics (only the samples the signals need) and read them; ``BadExposition`` names the target.
 
@@ -330,14 +344,14 @@ async def scrape_metrics_async(
     target is asked for the whole body from then on (one wasted request per target per collector run).
     """
     filtered = target.url not in fetcher.unfiltered
-    path = METRICS_PATH if filtered else "/metrics"
+    path = path if filtered else "/metrics"
     fetched = await fetcher.fetch(target, path, deadline=deadline, accept=METRICS_ACCEPT)
     if filtered and b"sglang" not in fetched.body:  # SGLang 0.5.23 answers name[] with an empty body
         fetcher.unfiltered.add(target.url)
         fetched = await fetcher.fetch(target, "/metrics", deadline=deadline, accept=METRICS_ACCEPT)
     try:
         exposition = parse_exposition(
-            fetched.body, content_type=fetched.content_type, max_samples=fetcher.max_samples
+            fetched.body, content_type=fetched.content_type, max_samples=fetcher.max_samples, plan=plan
         )
     except BadExposition as exc:
         raise BadExposition(f"{target.name}: {fetched.url} is not Prometheus text: {exc}") from None

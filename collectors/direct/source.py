@@ -15,14 +15,16 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from collectors.direct.derive import CounterState, derive_signals, detect_reset, is_restart
-from collectors.direct.scrape import Fetcher, scrape_metrics_async
+from collectors.direct.exposition import sample_plan
+from collectors.direct.scrape import METRICS_PATH, Fetcher, metrics_path, scrape_metrics_async
 from collectors.direct.server_info import fetch_recipe_async
 from collectors.errors import ScrapeError, ScrapeTimeout
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
+from collectors.slo import Sli, event_counts, missing_reason
 from config import ScrapeSettings, Target
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,7 @@ class _TargetState:
     recipe_due: float = 0.0  # monotonic time /server_info is next read (0 = at the next successful scrape)
     recipe_error: str | None = None
     timed_out: bool = False
+    slo_values: dict[str, float] | None = None  # the SLIs' cumulative samples at the previous scrape
 
 
 class DirectSource:
@@ -56,10 +59,17 @@ class DirectSource:
         monotonic: Callable[[], float] = time.monotonic,
         environ: dict[str, str] | None = None,
         rate_clock: Callable[[], float] | None = None,
+        slis: Sequence[Sli] = (),
     ) -> None:
         """``clock`` stamps snapshots (wall time); ``monotonic`` times deadlines; ``rate_clock`` (default
-        ``monotonic``) times the windows rates divide by, so a wall-clock step never bends a rate."""
+        ``monotonic``) times the windows rates divide by, so a wall-clock step never bends a rate. ``slis``
+        are counted per scrape (``TargetSnapshot.slo_events``): their buckets and counters are read too."""
         self._settings = settings
+        self._slis = tuple(slis)
+        extra = {name: kind for sli in self._slis for name, kind in sli.samples().items()}
+        self._slo_keys = tuple(extra)
+        self._plan = sample_plan(extra)  # type: ignore[arg-type]
+        self._path = metrics_path(extra) if extra else METRICS_PATH
         self._rate_clock = rate_clock if rate_clock is not None else monotonic
         if not settings.verify_tls and not settings.ca_bundle:
             log.warning(
@@ -145,7 +155,9 @@ class DirectSource:
         target = state.target
         deadline = started + self._settings.timeout_s
         try:
-            exposition, _ = await scrape_metrics_async(self._fetcher, target, deadline=deadline)
+            exposition, _ = await scrape_metrics_async(
+                self._fetcher, target, deadline=deadline, plan=self._plan, path=self._path
+            )
         except ScrapeError as exc:
             state.timed_out = isinstance(exc, ScrapeTimeout)
             state.recipe_due = 0.0  # it may come back as a restarted server: re-read its recipe then
@@ -175,7 +187,8 @@ class DirectSource:
         # window.
         derivation = derive_signals(exposition.values, self._rate_clock(), state.counters, state.recipe)
         state.counters = derivation.state
-        problems = list(exposition.notes[:_MAX_NOTES])
+        slo_events, slo_problems = self._count_slis(state, exposition.values)
+        problems = list(exposition.notes[:_MAX_NOTES]) + slo_problems
         if counter_note is not None:
             problems.insert(0, counter_note)
         if len(exposition.notes) > _MAX_NOTES:
@@ -193,7 +206,26 @@ class DirectSource:
             recipe_id=state.recipe.recipe_id if state.recipe is not None else None,
             deployment=target.deployment,
             scrape_duration_s=self._monotonic() - started,
+            slo_events=slo_events,
         )
+
+    def _count_slis(
+        self, state: _TargetState, values: Mapping[str, float]
+    ) -> tuple[tuple[tuple[str, float, float], ...], list[str]]:
+        """Each SLI's events since the previous scrape, and why an SLI cannot be counted on this server."""
+        if not self._slis:
+            return (), []
+        previous = state.slo_values
+        state.slo_values = {name: values[name] for name in self._slo_keys if name in values}
+        counted: list[tuple[str, float, float]] = []
+        problems: list[str] = []
+        for sli in self._slis:
+            counts = event_counts(sli, values, previous)
+            if counts is not None:
+                counted.append((sli.key, counts.good, counts.total))
+            elif (reason := missing_reason(sli, values)) is not None:
+                problems.append(f"SLI {sli.key} unknown: {reason}")
+        return tuple(counted), problems
 
     async def _refresh_recipe(self, state: _TargetState, deadline: float) -> None:
         if deadline - self._monotonic() <= 0.05 * self._settings.timeout_s:
