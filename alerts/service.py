@@ -23,7 +23,10 @@ from collectors.probes.scheduler import ProbeScheduler, start_probes
 from collectors.prometheus.history import open_history
 from collectors.runner import Collector
 from collectors.secrets import Redactor
+from collectors.slo import build_slos
+from collectors.slo_ledger import SloLedger
 from collectors.store.history import HistoryStore
+from collectors.store.slo_counts import SloCountStore
 from config import Config
 
 
@@ -42,12 +45,20 @@ class Service:
         notifier: Notifier | None = None,
     ) -> None:
         rules = build_rules(config.alerts.rules, source)  # ConfigError before anything is opened
+        self.slos = build_slos(config, source)
         self.config = config
         self._own_store = store is None
         # source: prometheus keeps samples in Prometheus (no duplicate rows here); events/recipes stay local.
         self.store: HistoryStore = store if store is not None else open_history(config)
         path = getattr(self.store, "path", None)
-        self.alert_store = AlertStateStore(path if isinstance(path, str) and path else config.store.path)
+        store_path = path if isinstance(path, str) and path else config.store.path
+        self.alert_store = AlertStateStore(store_path)
+        # SLO events per scope: counted before the rules run, so ErrorBudgetBurn sees this cycle's.
+        self.slo_store = SloCountStore(store_path) if self.slos else None
+        self.slo_ledger = SloLedger(
+            self.slos, self.slo_store, labels=lambda target: self.collector.target_labels(target), clock=clock
+        )
+        self.slo_ledger.restore()
         settings = config.alerts
         resend_s = 60.0
         self.engine = AlertEngine(
@@ -78,7 +89,9 @@ class Service:
         self.engine.set_on_notify(self.notifier.wake)
         self._probe_evidence = attach_probe_evidence(rules, config)
         self.engine.restore()
-        self.collector = Collector(config, self.store, session=session, clock=clock, observers=[self.engine])
+        self.collector = Collector(
+            config, self.store, session=session, clock=clock, observers=[self.slo_ledger, self.engine]
+        )
         self.engine.watch_source(self.collector.source_health)  # SourceDown, and holding while it is blind
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -112,6 +125,9 @@ class Service:
         if self._thread is not None:
             self._thread.join()
         self.notifier.stop(flush_timeout_s)
+        self.slo_ledger.close()
+        if self.slo_store is not None:
+            self.slo_store.close()
         self.collector.close()
         self.alert_store.close()
         if self._probe_evidence is not None:
