@@ -313,9 +313,13 @@ class _Reader:
 
 def _le_marks(le: str) -> tuple[bytes, ...]:
     """``le="…"`` as exporters spell one boundary: Go/prometheus_client ("1.0", "0.04"), plain ("1"),
-    exponent ("1e+00"), and +Inf."""
+    exponent ("1e+00", "1.000000e+00")."""
     value = float(le)
-    spellings = {le, repr(value), f"{value:g}", f"{value:e}", f"{value:.1f}" if value.is_integer() else le}
+    mantissa, _, exponent = f"{value:e}".partition("e")
+    short = f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
+    spellings = {le, repr(value), f"{value:g}", f"{value:e}", short}
+    if value.is_integer():
+        spellings.add(f"{value:.1f}")
     return tuple(f'le="{spelling}"'.encode() for spelling in sorted(spellings))
 
 

@@ -411,3 +411,35 @@ def test_a_ledger_without_a_store_counts_in_memory_only() -> None:
     ledger = SloLedger([slo], None, clock=Clock())
     assert ledger.counts(slo.name, "", T0 - 60, T0 + 60) == EventCounts()
     assert kept_samples([slo]) == slo.sli.samples()
+
+
+def _body(order: str, le_one: str) -> str:
+    """A TTFT histogram of two series in SGLang's naming, its lines in ``order``."""
+    series = {"true": (7.0, 10.0), "false": (2.0, 5.0)}
+    buckets = {
+        s: [
+            f'sglang:time_to_first_token_seconds_bucket{{is_streaming="{s}",le="{le}"}} {value}'
+            for le, value in (("0.8", good - 1), (le_one, good), ("+Inf", total))
+        ]
+        for s, (good, total) in series.items()
+    }
+    counts = {
+        s: f'sglang:time_to_first_token_seconds_count{{is_streaming="{s}"}} {t}'
+        for s, (_, t) in series.items()
+    }
+    if order == "per series":  # prometheus_client: each series' buckets right before its _count
+        lines = [*buckets["true"], counts["true"], *buckets["false"], counts["false"]]
+    else:  # every bucket first, then the counts: the search falls back to the whole stretch
+        lines = [*buckets["true"], *buckets["false"], counts["true"], counts["false"]]
+    return "\n".join(["sglang:num_running_reqs 3", *lines, ""])
+
+
+@pytest.mark.parametrize("order", ["per series", "buckets first"])
+@pytest.mark.parametrize("le_one", ["1.0", "1", "1e+00"])
+def test_the_wanted_bucket_is_summed_over_series_in_any_line_order_and_spelling(
+    order: str, le_one: str
+) -> None:
+    sli = Sli("ttft", 1.0)
+    values = parse_exposition(_body(order, le_one), plan=sample_plan(sli.samples())).values
+    assert values["sglang:time_to_first_token_seconds_bucket{le=1}"] == 9.0
+    assert values["sglang:time_to_first_token_seconds_count"] == 15.0
