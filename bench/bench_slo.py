@@ -24,7 +24,7 @@ from pathlib import Path
 from collectors.direct.derive import derive_signals
 from collectors.direct.exposition import parse_exposition, sample_plan
 from collectors.model import TargetSnapshot
-from collectors.slo import Scope, build_slos, event_counts, kept_samples, slis
+from collectors.slo import Scope, build_slos, counter_for, kept_samples, slis
 from collectors.slo_ledger import SloLedger
 from collectors.slo_report import burn_checks
 from collectors.store.history import SqliteStore
@@ -33,7 +33,7 @@ from config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
-ROUNDS = 5
+ROUNDS = 9
 DEPLOYMENTS = 10
 TARGET_SHARE = 0.05
 SLOS = [
@@ -58,7 +58,7 @@ def main() -> dict[str, object]:
     body = GOLDEN.read_bytes()
     slos = build_slos(parse_config({"slos": SLOS}, "bench"))
     plan = sample_plan(kept_samples(slos))
-    counted = slis(slos)
+    counters = [(sli.key, counter_for(sli)) for sli in slis(slos)]  # as the direct source keeps them
     names = [f"k3-{n:04d}" for n in range(servers)]
     deployment = {name: f"d{n % DEPLOYMENTS}" for n, name in enumerate(names)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,9 +101,9 @@ def main() -> dict[str, object]:
             started = time.thread_time()
             events = {
                 name: tuple(
-                    (sli.key, found.good, found.total)
-                    for sli in counted
-                    if (found := event_counts(sli, parsed[name], before)) is not None
+                    (key, found.good, found.total)
+                    for key, count in counters
+                    if (found := count(parsed[name], before)) is not None
                 )
                 for name in names
             }
