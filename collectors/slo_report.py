@@ -242,6 +242,59 @@ def goodput(counts: SloCounts, slos: Sequence[Slo], now: float) -> list[Goodput]
     return sorted(out, key=lambda g: (g.scope.key != "", g.scope.key))
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeGoodput:
+    """The active probes' own goodput in a scope: of the probe requests answered in the window, how many
+    met every latency SLO of the scope (per request, so no bounds are needed; probes sweep fixed context
+    lengths, so this is the served-from-1K-to-64K view, not the traffic's)."""
+
+    scope: Scope
+    met: int
+    sent: int
+    window_s: float
+
+
+_PROBE_COLUMNS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+
+
+def probe_goodput(
+    slos: Sequence[Slo],
+    probes: pd.DataFrame,
+    deployments: Mapping[str, str],
+    labels: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    window_s: float = 3600.0,
+) -> list[ProbeGoodput]:
+    """Per scope of the latency SLOs, from the probe rows of the last ``window_s`` (``ProbeStore.read``);
+    ``labels``: each target's configured labels (default: its deployment only)."""
+    answered = probes[probes["error"].isna()] if "error" in probes else probes
+    if answered.empty:
+        return []
+    rows: dict[str, list[bool]] = {}
+    for record in answered.to_dict("records"):
+        target = str(record["target"])
+        target_labels = dict((labels or {}).get(target, {}))
+        if deployments.get(target):
+            target_labels.setdefault("deployment", deployments[target])
+        met_by_scope: dict[str, bool] = {}
+        for slo in slos:
+            column = _PROBE_COLUMNS.get(slo.sli.kind)
+            if column is None or slo.sli.threshold_s is None:
+                continue
+            value = record.get(column)
+            if value is None or pd.isna(value):
+                continue
+            for scope in slo.scopes(target_labels):
+                ok = float(value) <= slo.sli.threshold_s
+                met_by_scope[scope.key] = met_by_scope.get(scope.key, True) and ok
+        for key, ok in met_by_scope.items():
+            rows.setdefault(key, []).append(ok)
+    return [
+        ProbeGoodput(Scope.from_key(key), sum(found), len(found), window_s)
+        for key, found in sorted(rows.items(), key=lambda item: (item[0] != "", item[0]))
+    ]
+
+
 # -- attribution ---------------------------------------------------------------------------------------------
 def baseline_span(
     counts: SloCounts, slo: Slo, scope: Scope, before_ts: float, length_s: float

@@ -15,9 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.service import Service
 from alerts.slo_cli import run as run_slo_cli
 from collectors.direct.exposition import parse_exposition, sample_plan
+from collectors.probes.prober import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
 from collectors.slo_ledger import SloLedger
-from collectors.slo_report import attribute, goodput, slo_status
+from collectors.slo_report import attribute, goodput, probe_goodput, slo_status
+from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import ConfigError, parse_config
 from tests.collectors.mechanism_server import MechanismServer, accept_length, step_latency_s
@@ -443,3 +445,22 @@ def test_the_wanted_bucket_is_summed_over_series_in_any_line_order_and_spelling(
     values = parse_exposition(_body(order, le_one), plan=sample_plan(sli.samples())).values
     assert values["sglang:time_to_first_token_seconds_bucket{le=1}"] == 9.0
     assert values["sglang:time_to_first_token_seconds_count"] == 15.0
+
+
+def test_probe_goodput_counts_the_probe_requests_that_met_every_latency_slo(tmp_path: Path) -> None:
+    slos = build_slos(parse_config({"slos": [TTFT_1S, TPOT_40MS, AVAILABILITY]}, "t"))
+    store = ProbeStore(str(tmp_path / "history.sqlite"))
+    store.append(
+        [
+            ProbeResult(T0, "east-a", "r-1", 1024, ttft_s=0.3, tpot_s=0.012),  # met both
+            ProbeResult(T0, "east-a", "r-1", 65536, ttft_s=0.9, tpot_s=0.055),  # TPOT missed at 64K
+            ProbeResult(T0, "west-a", "r-1", 1024, ttft_s=1.4, tpot_s=0.011),  # TTFT missed
+            ProbeResult(T0, "west-a", "r-1", 8192, error="skipped: 3 requests queued"),  # not sent
+        ]
+    )
+    frame = store.read(T0 - 10, T0 + 10)
+    store.close()
+    found = {
+        p.scope.key: (p.met, p.sent) for p in probe_goodput(slos, frame, {"east-a": "east", "west-a": "west"})
+    }
+    assert found == {"": (1, 3), "deployment=east": (1, 2), "deployment=west": (0, 1)}
