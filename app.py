@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -28,6 +29,9 @@ from views import access, data
 from views.formatting import plain
 from views.menu import PAGES
 from views.page_context import PageContext, time_range_picker
+
+if TYPE_CHECKING:
+    from collectors.slo import Slo
 
 log = logging.getLogger("specwatch.app")
 
@@ -87,7 +91,7 @@ def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
     fleet = start_fleet(sim)
     runtime.stoppers.append(fleet.stop)
     if sim.history_h > 0:
-        _fill_history_in_background(config.store.path, sim, runtime, end_ts=time.time())
+        _fill_history_in_background(config, sim, runtime, end_ts=time.time())
     return config.model_copy(update={"targets": config.targets + fleet.targets})
 
 
@@ -98,11 +102,18 @@ def write_sim_history(
     *,
     stop: threading.Event | None = None,
     progress: Callable[[int, int], None] | None = None,
+    slos: Sequence[Slo] = (),
 ) -> int:
     """Write ``sim.history_h`` hours of the scenario into the store at ``path``, sampled as a collector would,
     ending at ``end_ts``, newest hour first (``sim.fill.demo_history``: the one history writer, also behind
-    ``python -m sim history``); returns the raw rows written."""
+    ``python -m sim history``); with ``slos``, their counts of that past too, read from the simulated
+    servers' bodies as the live collector reads them. Returns the raw rows written."""
+    from collectors.slo_ledger import SloBackfill
+    from collectors.store.slo_counts import SloCountStore
     from sim.fill import demo_history
+
+    counts = SloCountStore(path) if slos else None
+    bodies = SloBackfill(slos, counts) if counts is not None else None
 
     def told(done_s: float, total_s: float) -> None:
         if progress is not None:
@@ -117,14 +128,20 @@ def write_sim_history(
         seed=sim.seed,
         stop=stop,
         progress=told,
+        bodies=bodies,
     )
+    if counts is not None:
+        counts.close()
     return report.raw_rows
 
 
-def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
+def _fill_history_in_background(config: Config, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
     """An empty store starts with ``sim.history_h`` hours of the scenario (see ``write_sim_history``)."""
+    from collectors.slo import build_slos
     from collectors.store.history import SqliteStore
 
+    path = config.store.path
+    slos = build_slos(config)
     probe = SqliteStore(path)  # checked before the collector starts writing
     try:
         if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and shows its gap)
@@ -139,7 +156,7 @@ def _fill_history_in_background(path: str, sim: SimSettings, runtime: Runtime, e
 
     def fill() -> None:
         try:
-            write_sim_history(path, sim, end_ts, stop=stop, progress=progress)
+            write_sim_history(path, sim, end_ts, stop=stop, progress=progress, slos=slos)
             runtime.history_note = ""
         except Exception as exc:  # the live fleet and collector go on without the synthesised past
             log.exception("writing simulated history failed")

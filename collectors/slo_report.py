@@ -329,8 +329,12 @@ def attribute(
     them)."""
     start = now - window_s
     burn = counts.counts(slo.name, scope.key, start, now + 1.0)
-    if burn.bad <= 0:
-        return Attribution(None, f"no bad events in the last {_duration(window_s)}: nothing burned")
+    rate = burn_rate(burn, slo.objective)
+    if burn.bad <= 0 or rate is None or rate <= 1.0:
+        shown = "no events" if rate is None else f"burn rate {rate:.1f}×"
+        return Attribution(
+            None, f"the last {_duration(window_s)} did not burn ({shown}): nothing to attribute"
+        )
     span = baseline_span(counts, slo, scope, start, window_s)
     if span is None:
         return Attribution(

@@ -23,6 +23,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty
+from typing import Protocol
 
 import numpy as np
 
@@ -135,10 +136,12 @@ def demo_history(
     seed: int = 0,
     stop: threading.Event | None = None,
     progress: Progress | None = None,
+    bodies: BodyObserver | None = None,
 ) -> FillReport:
     """The demo's past beside its live collector: whole hours ending at ``end_ts`` (the live fleet's start,
     so every hour begins where the hourly scenario loop does), newest first, raw rows every step; a row
-    never replaces a target's newer latest one."""
+    never replaces a target's newer latest one. ``bodies`` sees every server's /metrics body every
+    ``BODY_EVERY_S`` (the SLO counts of the past are read from them as the live collector reads them)."""
     _check_step(step_s)
     window_s = WINDOW_SAMPLES * step_s  # gauges refresh every ≥ 15 s, as ``synthesize_history``'s do
     segments = [
@@ -154,6 +157,7 @@ def demo_history(
         exclusive=False,
         stop=stop,
         progress=progress,
+        bodies=bodies,
     )
 
 
@@ -168,6 +172,7 @@ def write_history(
     stop: threading.Event | None = None,
     progress: Progress | None = None,
     sample_in_process: bool = False,
+    bodies: BodyObserver | None = None,
 ) -> FillReport:
     """Sample each segment in turn and write it (``HistoryLoader``: ``exclusive`` = an empty store nothing
     else writes, oldest segment first; else beside a live collector, in any order).
@@ -184,7 +189,7 @@ def write_history(
         if sample_in_process:
             parts = _sampled_in_child(scenario, servers, segments, step_s)
         else:
-            parts = _sampled(scenario, servers, segments, step_s, stop)
+            parts = _sampled(scenario, servers, segments, step_s, stop, bodies)
         with closing(parts):  # a failed write stops the sampling (and its child) at once
             for part in parts:
                 if isinstance(part, _SegmentEnd):
@@ -205,6 +210,19 @@ def write_history(
     return FillReport(
         len(specs), done_s / 3600.0, raw_rows, rollup_samples, event_count, time.monotonic() - started
     )
+
+
+# The demo's past is read into SLO counts from a body every five minutes: burn-downs over the day and the
+# long windows need minutes, not seconds, and a body costs ~1 ms to render and read.
+BODY_EVERY_S = 300.0
+
+
+class BodyObserver(Protocol):
+    """Sees simulated /metrics bodies in each server's time order (the app counts SLO events from them)."""
+
+    def body(self, target: str, labels: dict[str, str], ts: float, body: bytes) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -231,6 +249,7 @@ def _sampled(
     segments: Sequence[Segment],
     step_s: float,
     stop: threading.Event | None = None,
+    bodies: BodyObserver | None = None,
 ) -> Generator[_Part | _SegmentEnd, None, None]:
     """Each segment's chunks in time order, then its events and latest rows."""
     loaded = load_scenario(scenario)
@@ -249,7 +268,7 @@ def _sampled(
         chunk_t = 0.0
         while chunk_t < segment.duration_s and not (stop is not None and stop.is_set()):
             chunk_end = min(chunk_t + CHUNK_S, segment.duration_s)
-            raw, rollup = _chunk(samplers, chunk_t, chunk_end, segment, step_s, last)
+            raw, rollup = _chunk(samplers, chunk_t, chunk_end, segment, step_s, last, bodies)
             chunk_t = chunk_end
             yield _Part(raw, rollup, list(recipes.values()), segment.start_ts, chunk_t)
         events: list[Event] = []
@@ -369,8 +388,10 @@ def _chunk(
     segment: Segment,
     step_s: float,
     last: dict[str, TargetSnapshot],
+    bodies: BodyObserver | None = None,
 ) -> tuple[Batch | None, Batch | None]:
-    """Raw rows (every step) and rollup-only samples (one per minute, at its middle) of every server."""
+    """Raw rows (every step) and rollup-only samples (one per minute, at its middle) of every server;
+    ``bodies`` gets each up server's /metrics body every ``BODY_EVERY_S``, then ``flush`` once."""
     raw, rollup = _Columns(), _Columns()
     vectors: list[tuple[float | None, ...]] = []
     # Signals are shared while no new window is published: convert each once (kept alive, so ids stay unique).
@@ -392,6 +413,11 @@ def _chunk(
                 t += ROLLUP_STEP_S
                 at, into = t - half_minute, rollup  # the minute's mean time stands for its scrapes
             up, error, signals = sampler.sample(at)
+            stride = step_s if into is raw else ROLLUP_STEP_S
+            if bodies is not None and up and (start + at) % BODY_EVERY_S < stride:
+                bodies.body(
+                    name, dict(sampler.server.target.labels), start + at, sampler.server.render_body()
+                )
             found = values.get(id(signals))
             if found is None:
                 found = values[id(signals)] = (signals, len(vectors))
@@ -409,5 +435,7 @@ def _chunk(
             ts, up, error, signals = newest
             duration = SCRAPE_DURATION_S if up else None
             last[name] = TargetSnapshot(name, ts, up, error, signals, sampler.recipe_id, deployment, duration)
+    if bodies is not None:
+        bodies.flush()
     table = np.array(vectors, dtype=np.float64).reshape(len(vectors), len(SIGNAL_NAMES))  # None → NaN
     return raw.batch(table, 1.0), rollup.batch(table, ROLLUP_STEP_S / step_s)

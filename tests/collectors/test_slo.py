@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alerts.service import Service
@@ -17,7 +18,7 @@ from alerts.slo_cli import run as run_slo_cli
 from collectors.direct.exposition import parse_exposition, sample_plan
 from collectors.probes.prober import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
-from collectors.slo_ledger import SloLedger
+from collectors.slo_ledger import SloBackfill, SloLedger
 from collectors.slo_report import attribute, goodput, probe_goodput, slo_status
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
@@ -464,3 +465,28 @@ def test_probe_goodput_counts_the_probe_requests_that_met_every_latency_slo(tmp_
         p.scope.key: (p.met, p.sent) for p in probe_goodput(slos, frame, {"east-a": "east", "west-a": "west"})
     }
     assert found == {"": (1, 3), "deployment=east": (1, 2), "deployment=west": (0, 1)}
+
+
+def test_a_backfill_counts_bodies_as_the_live_collector_does(tmp_path: Path) -> None:
+    (slo,) = build_slos(parse_config({"slos": [TTFT_1S]}, "t"))
+    server = MechanismServer(seed=3)
+    store = SloCountStore(str(tmp_path / "history.sqlite"))
+    try:
+        backfill = SloBackfill([slo], store)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(server)
+        first = len(server.served)
+        for n in range(12):  # an hour, a body every 5 minutes; the queue builds up half way
+            backfill.body("east-a", {"deployment": "east"}, T0 + 300 * n, generate_latest(registry))
+            if n == 0:
+                first = len(server.served)
+            server.serve(40, context_tokens=2048, queue_s=1.2 if n >= 6 else 0.05)
+        backfill.flush()
+        served = server.served[first : first + 11 * 40]  # the last serve() came after the last body
+        truth = _truth(slo.sli, list(served))
+        for scope in (Scope(), Scope((("deployment", "east"),))):
+            assert store.counts(slo.name, scope.key, T0 - 1, T0 + 3600) == truth
+        assert store.by_target(slo.name, T0 - 1, T0 + 3600) == {"east-a": truth}
+    finally:
+        store.close()
+        server.stop()
