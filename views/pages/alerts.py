@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from collectors.secrets import Redactor
+from collectors.slo import Scope
 from views import blocks, data, formatting, time_charts
 from views.formatting import format_age
 from views.page_context import PageContext
@@ -20,6 +21,9 @@ ACTIVE_CONFIG = {
     "for": st.column_config.TextColumn("for", help="time in the current state"),
     "value": st.column_config.NumberColumn("value", format="%.3f"),
     "summary": st.column_config.TextColumn("summary", width="large"),
+    "slo": st.column_config.TextColumn("SLO", help="ErrorBudgetBurn: the SLO burning"),
+    "scope": st.column_config.TextColumn("scope", help="ErrorBudgetBurn: where (empty: the whole fleet)"),
+    "description": st.column_config.TextColumn("description", width="large"),
     "deployment": st.column_config.TextColumn("deployment"),
     "recipe_id": st.column_config.TextColumn("recipe"),
 }
@@ -96,10 +100,14 @@ def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
     if rows.empty:
         st.caption(empty)
         return
-    severity_rank = {"critical": 0, "warning": 1, "info": 2}
-    ordered = rows.assign(_rank=rows["severity"].map(severity_rank).fillna(3)).sort_values(
-        ["_rank", "since_ts"]
-    )
+    # ErrorBudgetBurn's page and ticket rank with critical and warning.
+    severity_rank = {"critical": 0, "page": 0, "warning": 1, "ticket": 1, "info": 2}
+    ordered = rows.assign(
+        _rank=rows["severity"].map(severity_rank).fillna(3),
+        scope=[
+            Scope.from_key(k).words if slo else "" for slo, k in zip(rows["slo"], rows["scope"], strict=True)
+        ],
+    ).sort_values(["_rank", "since_ts"])
     st.dataframe(
         ordered,
         column_config=ACTIVE_CONFIG,
