@@ -477,7 +477,7 @@ def clear_interval_caches() -> None:
     raw windows kept in memory stay)."""
     for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live, _signals_live):
         cached.clear()
-    for slo_cached in (_slo_report, _slo_fleet, slo_minutes):
+    for slo_cached in (_slo_report, _slo_fleet, slo_minutes):  # keyed by the interval too
         slo_cached.clear()
 
 
@@ -487,6 +487,8 @@ def clear_all_caches() -> None:
     st.cache_data.clear()
     _signals_live.clear()
     _signals_background.clear()
+    _slo_report.clear()
+    _slo_fleet.clear()
     with _TAILS_LOCK:
         _TAILS.clear()
 

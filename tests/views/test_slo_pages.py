@@ -14,11 +14,14 @@ import pytest
 import yaml
 from streamlit.testing.v1 import AppTest
 
+from collectors.model import TargetSnapshot
 from collectors.slo import REPORT_WINDOWS_S, build_slos
+from collectors.store.history import SqliteStore
 from config import parse_config
 from tests.views import seed_slo as fx
 from tests.views.conftest import page_test, write_config
 from tests.views.test_pages import assert_clean, chart_data, frame, markdown, metrics
+from views import data
 from views.pages import slo as slo_page
 
 # -- the expected numbers, from the seed's counts ------------------------------------------------------------
@@ -50,6 +53,13 @@ def budget_left(slo: str, scope: str) -> float:
 
 WINDOW_MINUTES = {name: int(seconds // 60) for name, seconds in REPORT_WINDOWS_S.items()}
 PAGE_FACTOR_1H = 14.4 * 28 / 30  # the workbook's 30-day factor, scaled to the 28-day default period
+
+
+def empty_store_message(path: str) -> str:
+    return (
+        f"The history store `{path}` is empty: no collector has written to it yet. Start specwatch with "
+        "targets (or `sim:`) in its config, or point `store.path` at a collector's file."
+    )
 
 
 def pct(x: float, digits: int) -> str:
@@ -183,6 +193,13 @@ def test_slos_configured_but_no_events_yet(tmp_path: Path) -> None:
     config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     config["slos"] = fx.SLOS
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    at = page_test(config_path, "slo").run()
+    assert_clean(at)
+    assert [i.value for i in at.info] == [empty_store_message(str(store_path))]
+    store = SqliteStore(str(store_path))  # a collector wrote history, but counted no SLO event yet
+    store.append([TargetSnapshot("k3-east-1", time.time(), True, deployment="east")])
+    store.close()
+    data.clear_all_caches()  # as the next interval would: the empty count is cached
     at = page_test(config_path, "slo").run()
     assert_clean(at)
     [info] = [i.value for i in at.info]

@@ -106,7 +106,10 @@ def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> 
     with blocks.store_errors():
         report = data.slo_report(ctx.store_path, ctx.now(), ctx.interval_s, slos)
         if not any(s.period.total > 0 or s.covered_s > 0 for s in report.statuses):
-            st.info(_no_events(slos), icon=":material/hourglass_empty:")
+            if data.sample_count(ctx.store_path, data.tick(ctx.now(), 30.0)) == 0:
+                st.info(blocks.empty_store_message(ctx), icon=":material/inbox:")
+            else:
+                st.info(_no_events(slos), icon=":material/hourglass_empty:")
             return
         window = ctx.window()  # the Fleet and Alerts pages' key: one alert read per interval for all
         board = data.alert_board(
