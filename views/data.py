@@ -477,7 +477,7 @@ def clear_interval_caches() -> None:
     raw windows kept in memory stay)."""
     for cached in (latest, samples, events, sample_count, _alert_frames, _fleet_series_live, _signals_live):
         cached.clear()
-    for slo_cached in (_slo_report, _slo_fleet, slo_minutes):  # keyed by the interval too
+    for slo_cached in (_slo_report, slo_minutes):  # keyed by the interval too
         slo_cached.clear()
 
 
@@ -682,15 +682,17 @@ def _slo_report(path: str, now_ts: float, slos_key: str, _slos: tuple[Slo, ...])
     return reader(path).call_slo(read)
 
 
-def slo_fleet_status(path: str, now_ts: float, interval_s: float, slos: Sequence[Slo]) -> SloReport:
+def slo_fleet_status(path: str, slos: Sequence[Slo]) -> SloReport:
     """The Fleet page's compact status: budget and burn rates per SLO and scope, without the attribution,
-    the worst servers or goodput (fewer reads)."""
-    return _slo_fleet(path, slo_now(now_ts, interval_s), repr(tuple(slos)), tuple(slos))
+    the worst servers or goodput; at most a minute old, refreshed in the background (16 SLO scopes over a
+    28-day store sum ~800 k minute rows: 0.2 s, never spent inside a Fleet rerun)."""
+    return _slo_fleet(path, repr(tuple(slos)), tuple(slos))
 
 
-@st.cache_resource(ttl=120, max_entries=4, show_spinner=False)
-def _slo_fleet(path: str, now_ts: float, slos_key: str, _slos: tuple[Slo, ...]) -> SloReport:
+@st.cache_resource(ttl=60, max_entries=4, show_spinner=False, refresh_mode="background")
+def _slo_fleet(path: str, slos_key: str, _slos: tuple[Slo, ...]) -> SloReport:
     del slos_key
+    now_ts = time.time()
 
     def read(counts: SloCountStore, _history: HistoryStore) -> SloReport:
         statuses = [

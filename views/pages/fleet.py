@@ -160,9 +160,13 @@ def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) 
         return  # the SLO page shows the error
     if not slos:
         return
-    statuses = data.slo_fleet_status(ctx.store_path, now_ts, ctx.interval_s, slos).statuses
+    report = data.slo_fleet_status(ctx.store_path, slos)
+    statuses = report.statuses
     frame = slo_frames.overview_frame(statuses, data.firing_slo_alerts(board))
-    st.caption("Service-level objectives · select a row to open it on the SLO page")
+    st.caption(
+        f"Service-level objectives as of {formatting.format_age(now_ts - report.now_ts)} "
+        "(refreshed every minute) · select a row to open it on the SLO page"
+    )
     event = st.dataframe(
         frame,
         column_config=SLO_STATUS_CONFIG,
