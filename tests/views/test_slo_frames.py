@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from collectors.slo import EventCounts, Scope, Sli, Slo
-from collectors.slo_report import SloStatus
+from collectors.slo_report import Goodput, SloStatus
 from views import slo_frames, time_charts
 
 SLO = Slo("ttft-1s", Sli("ttft", 1.0), 0.99, 28 * 86400.0)
@@ -61,3 +61,20 @@ def test_burn_down_chart_marks_the_empty_budget() -> None:
     assert line["mark"]["type"] == "line"
     assert line["encoding"]["y"]["axis"]["format"] == "~%"
     assert rule["mark"]["type"] == "rule"
+
+
+def test_goodput_is_a_rate_over_the_stored_part_of_its_window() -> None:
+    # 45 s counted: 90 requests met every SLO (lower), 120 met the stricter one alone (upper).
+    counted = Goodput(Scope(), 90 / 300, 120 / 300, ("ttft-1s",))
+    fresh = SloStatus(SLO, Scope(), EventCounts(120.0, 150.0), 45.0, {})
+    [found] = slo_frames.over_stored_window([counted], [fresh])
+    assert (found.lower_rps, found.upper_rps, found.window_s) == (
+        pytest.approx(2.0),
+        pytest.approx(2.667, abs=1e-3),
+        45.0,
+    )
+    assert slo_frames.goodput_words(found) == (
+        "Goodput, last 45 s: between 2.00 and 2.67 req/s met every latency SLO of this scope (ttft-1s)."
+    )
+    old = SloStatus(SLO, Scope(), EventCounts(120.0, 150.0), 3600.0, {})
+    assert slo_frames.over_stored_window([counted], [old]) == [counted]

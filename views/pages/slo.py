@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from collectors.slo import Slo, build_slos
-from collectors.slo_report import SloStatus
+from collectors.slo_report import Goodput, SloStatus
 from config import ConfigError
 from views import blocks, data, formatting, links, slo_frames, time_charts
 from views.page_context import PageContext
@@ -118,7 +118,7 @@ def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> 
         firing = data.firing_slo_alerts(board)
         st.caption(
             f"Counts up to {pd.Timestamp(report.now_ts, unit='s', tz='UTC'):%H:%M:%S} UTC · refreshes every "
-            f"{ctx.interval_s:g} s · goodput over the last 5 min"
+            f"{ctx.interval_s:g} s"
         )
         _overview(report.statuses, firing)
         status = next(
@@ -127,8 +127,8 @@ def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> 
         if status is None:
             st.info(f"No events of **{slo.name}** in this scope.", icon=":material/filter_alt_off:")
             return
-        _detail(ctx, status, firing.get((slo.name, scope_key), []))
-        st.markdown(slo_frames.goodput_words(slo_frames.goodput_of(report.goodput, status.scope)))
+        goodput = slo_frames.goodput_of(report.goodput, status.scope)
+        _detail(ctx, status, firing.get((slo.name, scope_key), []), goodput)
 
 
 def _no_events(slos: tuple[Slo, ...]) -> str:
@@ -154,7 +154,7 @@ def _overview(statuses: tuple[SloStatus, ...], firing: dict[tuple[str, str], lis
     )
 
 
-def _detail(ctx: PageContext, status: SloStatus, firing: list[str]) -> None:
+def _detail(ctx: PageContext, status: SloStatus, firing: list[str], goodput: Goodput | None) -> None:
     slo = status.slo
     st.subheader(f"{slo.name} · {status.scope.words}", anchor=False)
     st.markdown(
@@ -183,6 +183,7 @@ def _detail(ctx: PageContext, status: SloStatus, firing: list[str]) -> None:
         f"{status.period.bad:,.0f} bad · burning now: {', '.join(status.burning) or 'no condition holds'}."
     )
     st.markdown(f"**Why it burned (last hour):** {formatting.plain(slo_frames.attribution_words(status))}")
+    st.markdown(slo_frames.goodput_words(goodput))
     rates, conditions = st.columns([2, 3])
     with rates:
         st.dataframe(
@@ -235,7 +236,9 @@ def _burn_down(ctx: PageContext, status: SloStatus) -> None:
     if frame.empty:
         st.info("No events in this period yet, so no budget spent.", icon=":material/timeline:")
         return
-    first = float(minutes[0][0])
+    # From the first stored minute (a 28-day axis would squash a fresh store), but at least an hour: a
+    # store a minute old must not label every tick with the same HH:MM.
+    first = max(start_ts, min(float(minutes[0][0]), end_ts - 3600.0))
     st.altair_chart(
         time_charts.budget_burn_down_chart(
             frame, pd.Timestamp(first, unit="s", tz="UTC"), pd.Timestamp(end_ts, unit="s", tz="UTC")
