@@ -127,7 +127,10 @@ def scope_key(label: str) -> str:
 
 
 # -- tables --------------------------------------------------------------------------------------------------
-OVERVIEW_COLUMNS = ["slo", "scope", "sli", "attainment", "budget_left", "fastest_burn", "burning", "firing"]
+OVERVIEW_COLUMNS = [
+    *("slo", "scope", "sli", "attainment", "budget_left", "fastest_burn", "burning", "firing"),
+    "scope_key",  # not shown: what a selected row opens
+]
 
 
 def overview_frame(
@@ -146,6 +149,7 @@ def overview_frame(
             fastest_words(s),
             ", ".join(s.burning),
             ", ".join(fired.get((s.slo.name, s.scope.key), ())),
+            s.scope.key,
         )
         for s in statuses
     ]
@@ -153,6 +157,20 @@ def overview_frame(
     for column in ("attainment", "budget_left"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
     return frame
+
+
+def trouble_first(frame: pd.DataFrame) -> pd.DataFrame:
+    """``overview_frame`` rows with what fires first, then what burns, then the least budget left (unknown
+    last); otherwise in SLO order."""
+    rank = pd.DataFrame(
+        {
+            "quiet": frame["firing"] == "",
+            "cool": frame["burning"] == "",
+            "budget": frame["budget_left"].fillna(float("inf")),
+        }
+    )
+    order = rank.sort_values(["quiet", "cool", "budget"], kind="stable").index
+    return frame.loc[order].reset_index(drop=True)
 
 
 def burn_rate_frame(status: SloStatus) -> pd.DataFrame:

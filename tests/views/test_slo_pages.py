@@ -235,15 +235,17 @@ def test_fleet_shows_each_slo_per_deployment(slo_case: SloCase) -> None:
     assert_clean(at)
     status = frame(at, "slo", "scope", "budget_left", "fastest_burn")
     rows = {(r.slo, r.scope): r for r in status.itertuples()}
+    # Trouble first: what fires, what burns (least budget left first), then the rest; unknown last.
     assert list(rows) == [
-        ("tpot-40ms", "whole fleet"),
-        ("tpot-40ms", "deployment east"),
         ("tpot-40ms", "deployment west"),
-        ("ttft-1s", "whole fleet"),
-        ("ttft-1s", "deployment east"),
+        ("tpot-40ms", "whole fleet"),
         ("ttft-1s", "deployment west"),
+        ("ttft-1s", "whole fleet"),
+        ("tpot-40ms", "deployment east"),
+        ("ttft-1s", "deployment east"),
         ("availability", "whole fleet"),
     ]
+    assert budget_left("tpot-40ms", "") < budget_left("ttft-1s", "deployment=west")
     west = rows[("tpot-40ms", "deployment west")]
     assert west.budget_left == pytest.approx(100 * budget_left("tpot-40ms", "deployment=west"))
     assert west.fastest_burn == f"{burn('tpot-40ms', 'deployment=west', 5):.2f}× (5m)"

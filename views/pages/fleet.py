@@ -161,8 +161,9 @@ def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) 
     if not slos:
         return
     report = data.slo_fleet_status(ctx.store_path, slos)
-    statuses = report.statuses
-    frame = slo_frames.overview_frame(statuses, data.firing_slo_alerts(board))
+    frame = slo_frames.trouble_first(
+        slo_frames.overview_frame(report.statuses, data.firing_slo_alerts(board))
+    )
     st.caption(
         f"Service-level objectives as of {formatting.format_age(now_ts - report.now_ts)} "
         "(refreshed every minute) · select a row to open it on the SLO page"
@@ -174,15 +175,15 @@ def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) 
         hide_index=True,
         placeholder=formatting.DASH,
         width="stretch",
-        height=min(38 + 35 * len(frame), 250),
+        height=min(38 + 35 * len(frame), 216),  # five rows, trouble first; the rest scrolls
         on_select="rerun",
         selection_mode="single-row",
         key="fleet_slos",
     )
     rows = event.selection.rows if event is not None else []
     if rows:
-        chosen = statuses[rows[0]]
-        links.open_slo(chosen.slo.name, slo_frames.scope_label(chosen.scope.key))
+        chosen = frame.iloc[rows[0]]
+        links.open_slo(str(chosen["slo"]), slo_frames.scope_label(str(chosen["scope_key"])))
     links.slo_link("SLO details: budget burn-down, burn rates, why it burned")
 
 
