@@ -139,13 +139,15 @@ def overview_frame(
     """One row per SLO and scope: attainment and budget left (percent), the fastest burn, what burns now
     (conditions that hold) and what fires (the alert engine's ErrorBudgetBurn instances)."""
     fired = firing or {}
+    # Rounded here as the tiles round (half to even): the grid's printf would show 93.125 as 93.13 beside a
+    # tile reading 93.12 %.
     rows = [
         (
             s.slo.name,
             s.scope.words,
             s.slo.sli.key,
-            None if s.attainment is None else s.attainment * 100.0,
-            None if s.budget_remaining is None else s.budget_remaining * 100.0,
+            None if s.attainment is None else round(s.attainment * 100.0, 2),
+            None if s.budget_remaining is None else round(s.budget_remaining * 100.0, 1),
             fastest_words(s),
             ", ".join(s.burning),
             ", ".join(fired.get((s.slo.name, s.scope.key), ())),
@@ -214,7 +216,7 @@ def conditions_frame(status: SloStatus) -> pd.DataFrame:
 
 def worst_frame(worst: Sequence[tuple[str, EventCounts]]) -> pd.DataFrame:
     """The servers with the most bad events in the last hour: bad, total, and their own attainment (%)."""
-    rows = [(t, c.bad, c.total, c.good / c.total * 100.0 if c.total else None) for t, c in worst]
+    rows = [(t, c.bad, c.total, round(c.good / c.total * 100.0, 2) if c.total else None) for t, c in worst]
     frame = pd.DataFrame(rows, columns=["server", "bad", "total", "attainment"])
     for column in ("bad", "total", "attainment"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")

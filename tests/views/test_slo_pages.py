@@ -22,6 +22,7 @@ from tests.views import seed_slo as fx
 from tests.views.conftest import page_test, write_config
 from tests.views.test_pages import assert_clean, chart_data, frame, markdown, metrics
 from views import data
+from views.formatting import plain
 from views.pages import slo as slo_page
 
 # -- the expected numbers, from the seed's counts ------------------------------------------------------------
@@ -173,7 +174,11 @@ def test_slo_page_deployment_scope_ttft_attribution_and_firing(slo_case: SloCase
     overview = frame(at, "slo", "scope", "budget_left", "firing")
     west = overview[(overview["slo"] == "tpot-40ms") & (overview["scope"] == "deployment west")]
     assert list(west["firing"]) == ["page"]
-    assert west["budget_left"].iloc[0] == pytest.approx(100 * budget_left("tpot-40ms", "deployment=west"))
+    assert west["budget_left"].iloc[0] == round(100 * budget_left("tpot-40ms", "deployment=west"), 1)
+    whole = overview[(overview["slo"] == "tpot-40ms") & (overview["scope"] == "whole fleet")]
+    good, total = counts("tpot-40ms", "")
+    assert f"{whole['attainment'].iloc[0]:.2f} %" == metrics(open_slo(slo_case))["Attainment"]  # as the tile
+    assert whole["attainment"].iloc[0] == round(100 * good / total, 2)
 
 
 def test_an_slo_without_events_is_unknown_not_perfect(slo_case: SloCase) -> None:
@@ -247,7 +252,7 @@ def test_fleet_shows_each_slo_per_deployment(slo_case: SloCase) -> None:
     ]
     assert budget_left("tpot-40ms", "") < budget_left("ttft-1s", "deployment=west")
     west = rows[("tpot-40ms", "deployment west")]
-    assert west.budget_left == pytest.approx(100 * budget_left("tpot-40ms", "deployment=west"))
+    assert west.budget_left == round(100 * budget_left("tpot-40ms", "deployment=west"), 1)
     assert west.fastest_burn == f"{burn('tpot-40ms', 'deployment=west', 5):.2f}× (5m)"
     assert west.burning == "page, ticket"
     assert west.firing == "page"
@@ -274,3 +279,6 @@ def test_alerts_page_lists_error_budget_burn_with_slo_scope_and_attribution(slo_
     assert (row["slo"], row["scope"], row["severity"]) == ("tpot-40ms", "deployment west", "page")
     assert row["summary"] == fx.ALERT_SUMMARY
     assert row["description"] == fx.ALERT_DESCRIPTION
+    assert f"**tpot-40ms · deployment west** (page): {plain(fx.ALERT_DESCRIPTION)}" in markdown(at)
+    links = [(e.proto.page, e.proto.query_string) for e in at.get("page_link")]
+    assert ("slo", "slo=tpot-40ms&scope=deployment%3Dwest") in links

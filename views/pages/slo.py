@@ -65,14 +65,14 @@ CONDITIONS_CONFIG = {
     "long_rate": st.column_config.NumberColumn("long burn", format="%.2f×"),
     "short_rate": st.column_config.NumberColumn("short burn", format="%.2f×"),
     "long_events": st.column_config.NumberColumn(
-        "events (long)", format="%.0f", help="the traffic floor: fewer events than min_events never burn"
+        "events (long)", format="localized", help="the traffic floor: fewer events than min_events never burn"
     ),
     "holds": st.column_config.TextColumn("holds", help="both windows above the factor, enough events"),
 }
 WORST_CONFIG = {
     "server": st.column_config.TextColumn("server", pinned=True),
-    "bad": st.column_config.NumberColumn("bad events", format="%.0f"),
-    "total": st.column_config.NumberColumn("events", format="%.0f"),
+    "bad": st.column_config.NumberColumn("bad events", format="localized"),
+    "total": st.column_config.NumberColumn("events", format="localized"),
     "attainment": st.column_config.NumberColumn("attainment", format="%.2f%%"),
 }
 
