@@ -282,3 +282,11 @@ def test_alerts_page_lists_error_budget_burn_with_slo_scope_and_attribution(slo_
     assert f"**tpot-40ms · deployment west** (page): {plain(fx.ALERT_DESCRIPTION)}" in markdown(at)
     links = [(e.proto.page, e.proto.query_string) for e in at.get("page_link")]
     assert ("slo", "slo=tpot-40ms&scope=deployment%3Dwest") in links
+
+
+def test_a_stale_link_opens_the_first_slo_and_scope(slo_case: SloCase) -> None:
+    at = open_slo(slo_case, slo="renamed-slo", scope="deployment=gone")  # an SLO or scope no longer there
+    assert_clean(at)
+    assert at.selectbox(key="slo").value == "tpot-40ms"
+    assert at.selectbox(key="scope").value == "whole fleet"
+    assert metrics(at)["Attainment"] == pct(counts("tpot-40ms", "")[0] / counts("tpot-40ms", "")[1], 2)
