@@ -70,7 +70,8 @@ def _signals(load: dict[str, float]) -> Signals:
     )
 
 
-def build(store_path: str, now_ts: float) -> SeedSlo:
+def build(store_path: str, now_ts: float, *, alerts: bool = True) -> SeedSlo:
+    """The counts, the servers' history and (``alerts``) the alert engine's one firing ErrorBudgetBurn."""
     n = int(now_ts)
     minutes: list[MinuteRow] = []
     snapshots: list[TargetSnapshot] = []
@@ -106,7 +107,13 @@ def build(store_path: str, now_ts: float) -> SeedSlo:
     counts = SloCountStore(store_path)
     counts.add(minutes, targets)
     counts.close()
-    alerts = AlertStateStore(store_path)
+    if alerts:
+        _alert(store_path, n)
+    return SeedSlo(now_ts=float(n))
+
+
+def _alert(store_path: str, n: int) -> None:
+    state = AlertStateStore(store_path)
     firing = AlertInstance(
         rule="ErrorBudgetBurn",
         target="",
@@ -120,6 +127,5 @@ def build(store_path: str, now_ts: float) -> SeedSlo:
         annotations=to_pairs({"summary": ALERT_SUMMARY, "description": ALERT_DESCRIPTION}),
         fingerprint="ErrorBudgetBurn:tpot-40ms:deployment=west:page",
     )
-    alerts.commit([firing], [], [], [], n)
-    alerts.close()
-    return SeedSlo(now_ts=float(n))
+    state.commit([firing], [], [], [], n)
+    state.close()

@@ -74,16 +74,23 @@ class SloCase:
     store_path: Path
 
 
+def slo_config(
+    folder: Path, store_path: Path, slos: list[dict[str, object]] = fx.SLOS, interval_s: float = 5.0
+) -> Path:
+    """A viewer config on ``store_path`` with ``slos``."""
+    config_path = write_config(folder / "specwatch.yaml", store_path, interval_s=interval_s)
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    config["slos"] = slos
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return config_path
+
+
 @pytest.fixture
 def slo_case(tmp_path: Path) -> SloCase:
     """Built per test: the page must run within 25 s of the seed (its rows sit mid-minute)."""
     store_path = tmp_path / "history.sqlite"
     fx.build(str(store_path), time.time())
-    config_path = write_config(tmp_path / "specwatch.yaml", store_path, interval_s=5.0)
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    config["slos"] = fx.SLOS
-    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return SloCase(config_path, store_path)
+    return SloCase(slo_config(tmp_path, store_path), store_path)
 
 
 def open_slo(case: SloCase, **params: str) -> AppTest:
@@ -194,10 +201,7 @@ def test_an_slo_without_events_is_unknown_not_perfect(slo_case: SloCase) -> None
 
 def test_slos_configured_but_no_events_yet(tmp_path: Path) -> None:
     store_path = tmp_path / "history.sqlite"  # never written: no SLO tables at all
-    config_path = write_config(tmp_path / "specwatch.yaml", store_path)
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    config["slos"] = fx.SLOS
-    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    config_path = slo_config(tmp_path, store_path)
     at = page_test(config_path, "slo").run()
     assert_clean(at)
     assert [i.value for i in at.info] == [empty_store_message(str(store_path))]
@@ -224,10 +228,8 @@ def test_no_slo_configured_shows_how(tmp_path: Path) -> None:
 
 
 def test_an_slo_off_the_bucket_boundaries_is_an_error_on_the_page(tmp_path: Path) -> None:
-    config_path = write_config(tmp_path / "specwatch.yaml", tmp_path / "history.sqlite")
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    config["slos"] = [{"name": "ttft", "sli": {"kind": "ttft", "threshold_s": 0.75}, "objective": 0.99}]
-    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    off_buckets: dict[str, object] = {"name": "ttft", "sli": {"kind": "ttft", "threshold_s": 0.75}}
+    config_path = slo_config(tmp_path, tmp_path / "history.sqlite", [{**off_buckets, "objective": 0.99}])
     at = page_test(config_path, "slo").run()
     [error] = [e.value for e in at.error]
     assert "The SLOs cannot be read." in error
@@ -282,6 +284,16 @@ def test_alerts_page_lists_error_budget_burn_with_slo_scope_and_attribution(slo_
     assert f"**tpot-40ms · deployment west** (page): {plain(fx.ALERT_DESCRIPTION)}" in markdown(at)
     links = [(e.proto.page, e.proto.query_string) for e in at.get("page_link")]
     assert ("slo", "slo=tpot-40ms&scope=deployment%3Dwest") in links
+
+
+def test_without_an_alert_engine_what_fires_is_unknown(tmp_path: Path) -> None:
+    store_path = tmp_path / "history.sqlite"
+    fx.build(str(store_path), time.time(), alerts=False)
+    case = SloCase(slo_config(tmp_path, store_path), store_path)
+    at = open_slo(case, slo="tpot-40ms", scope="deployment=west")
+    assert_clean(at)
+    assert metrics(at)["Firing"] == "—"
+    assert metrics(at)["Error budget left"] == pct(budget_left("tpot-40ms", "deployment=west"), 1)
 
 
 def test_a_stale_link_opens_the_first_slo_and_scope(slo_case: SloCase) -> None:

@@ -128,7 +128,9 @@ def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> 
             st.info(f"No events of **{slo.name}** in this scope.", icon=":material/filter_alt_off:")
             return
         goodput = slo_frames.goodput_of(report.goodput, status.scope)
-        _detail(ctx, status, firing.get((slo.name, scope_key), []), goodput)
+        # No alert engine on this store: what fires is unknown, not "none".
+        fires = None if board is None else firing.get((slo.name, scope_key), [])
+        _detail(ctx, status, fires, goodput)
 
 
 def _no_events(slos: tuple[Slo, ...]) -> str:
@@ -154,7 +156,7 @@ def _overview(statuses: tuple[SloStatus, ...], firing: dict[tuple[str, str], lis
     )
 
 
-def _detail(ctx: PageContext, status: SloStatus, firing: list[str], goodput: Goodput | None) -> None:
+def _detail(ctx: PageContext, status: SloStatus, firing: list[str] | None, goodput: Goodput | None) -> None:
     slo = status.slo
     st.subheader(f"{slo.name} · {status.scope.words}", anchor=False)
     st.markdown(
@@ -174,8 +176,9 @@ def _detail(ctx: PageContext, status: SloStatus, firing: list[str], goodput: Goo
     tiles[2].metric("Fastest burn", slo_frames.fastest_words(status), border=True)
     tiles[3].metric(
         "Firing",
-        ", ".join(firing) or "none",
-        help="the alert engine's firing ErrorBudgetBurn alerts of this SLO and scope",
+        formatting.DASH if firing is None else ", ".join(firing) or "none",
+        help="the alert engine's firing ErrorBudgetBurn alerts of this SLO and scope (—: no alert engine "
+        "has written to this store)",
         border=True,
     )
     st.caption(
