@@ -5,6 +5,7 @@ history (tests/views/seed_slo.py): every number shown is computed here from the 
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,3 +303,17 @@ def test_a_stale_link_opens_the_first_slo_and_scope(slo_case: SloCase) -> None:
     assert at.selectbox(key="slo").value == "tpot-40ms"
     assert at.selectbox(key="scope").value == "whole fleet"
     assert metrics(at)["Attainment"] == pct(counts("tpot-40ms", "")[0] / counts("tpot-40ms", "")[1], 2)
+
+
+def test_an_unreadable_slo_table_leaves_the_rest_of_the_fleet_page(tmp_path: Path) -> None:
+    store_path = tmp_path / "history.sqlite"
+    fx.build(str(store_path), time.time(), alerts=False)
+    with sqlite3.connect(store_path) as connection:  # a table of that name, not the SLO store's
+        connection.executescript("DROP TABLE slo_minutes; CREATE TABLE slo_minutes (x INTEGER);")
+    connection.close()
+    at = page_test(slo_config(tmp_path, store_path), "fleet").run()
+    assert not at.exception
+    [error] = [e.value for e in at.error]
+    assert error.startswith("Cannot read history: SLO store")
+    assert "read failed" in error
+    assert set(frame(at, "server", "status", "running_cap")["server"]) == set(fx.DEPLOYMENTS)

@@ -68,7 +68,8 @@ def _live(ctx: PageContext) -> None:
         blocks.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
         _banners(table, board is None)
         _totals(fleet_frames.fleet_totals(table))
-        _slo_status(ctx, now_ts, board)
+        with blocks.store_errors():  # an unreadable SLO table must not take the server table with it
+            _slo_status(ctx, now_ts, board)
         shown = _filtered(table)
         _table(shown)
         _fleet_chart(ctx, now_ts)
