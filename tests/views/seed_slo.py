@@ -70,8 +70,9 @@ def _signals(load: dict[str, float]) -> Signals:
     )
 
 
-def build(store_path: str, now_ts: float, *, alerts: bool = True) -> SeedSlo:
-    """The counts, the servers' history and (``alerts``) the alert engine's one firing ErrorBudgetBurn."""
+def build(store_path: str, now_ts: float, *, alerts: bool = True, per_server: bool = True) -> SeedSlo:
+    """The counts, the servers' history, (``per_server``) each server's closed 5-minute buckets and
+    (``alerts``) the alert engine's one firing ErrorBudgetBurn."""
     n = int(now_ts)
     minutes: list[MinuteRow] = []
     snapshots: list[TargetSnapshot] = []
@@ -105,7 +106,7 @@ def build(store_path: str, now_ts: float, *, alerts: bool = True) -> SeedSlo:
     history.append(sorted(snapshots, key=lambda s: s.ts))
     history.close()
     counts = SloCountStore(store_path)
-    counts.add(minutes, targets)
+    counts.add(minutes, targets if per_server else [])
     counts.close()
     if alerts:
         _alert(store_path, n)

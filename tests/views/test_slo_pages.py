@@ -287,14 +287,19 @@ def test_alerts_page_lists_error_budget_burn_with_slo_scope_and_attribution(slo_
     assert ("slo", "slo=tpot-40ms&scope=deployment%3Dwest") in links
 
 
-def test_without_an_alert_engine_what_fires_is_unknown(tmp_path: Path) -> None:
+def test_without_an_alert_engine_or_per_server_counts_it_says_so(tmp_path: Path) -> None:
     store_path = tmp_path / "history.sqlite"
-    fx.build(str(store_path), time.time(), alerts=False)
+    fx.build(str(store_path), time.time(), alerts=False, per_server=False)
     case = SloCase(slo_config(tmp_path, store_path), store_path)
     at = open_slo(case, slo="tpot-40ms", scope="deployment=west")
     assert_clean(at)
     assert metrics(at)["Firing"] == "—"
     assert metrics(at)["Error budget left"] == pct(budget_left("tpot-40ms", "deployment=west"), 1)
+    # No closed 5-minute bucket per server: neither the worst servers nor the attribution are known.
+    assert "Bad events in the last hour, but no server's own counts stored yet" in " ".join(
+        c.value for c in at.caption
+    )
+    assert "unknown: the servers behind the bad events are not known" in markdown(at)
 
 
 def test_a_stale_link_opens_the_first_slo_and_scope(slo_case: SloCase) -> None:

@@ -213,7 +213,13 @@ def _detail(ctx: PageContext, status: SloStatus, firing: list[str] | None, goodp
 def _worst(status: SloStatus) -> None:
     st.subheader("Servers that burned most, last hour", anchor=False)
     if not status.worst_targets:
-        st.caption("No server served a bad event in the last hour.")
+        if not status.burn_rates.get("1h"):
+            st.caption("No server served a bad event in the last hour.")
+        else:  # the collector stores a server's counts when its 5-minute bucket closes
+            st.caption(
+                "Bad events in the last hour, but no server's own counts stored yet: they are written when "
+                "their 5-minute bucket closes."
+            )
         return
     st.dataframe(
         slo_frames.worst_frame(status.worst_targets),
@@ -223,6 +229,7 @@ def _worst(status: SloStatus) -> None:
         width="stretch",
         key="slo_worst",
     )
+    st.caption("Per-server counts up to the last closed 5-minute bucket.")
     cells = st.columns(min(len(status.worst_targets), 5))
     for cell, (target, _) in zip(cells, status.worst_targets, strict=False):
         with cell:
