@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from views import links
 from views.page_context import PageContext
-from views.pages import alerts, capacity, context, fleet, recipes, server
+from views.pages import alerts, capacity, context, fleet, recipes, server, slo
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,7 @@ class PageSpec:
 
 PAGES: tuple[PageSpec, ...] = (
     PageSpec(links.FLEET, "Fleet", ":material/dns:", fleet.render),
+    PageSpec(links.SLO, "SLOs", ":material/speed:", slo.render),
     PageSpec(links.SERVER, "Server", ":material/monitor_heart:", server.render),
     PageSpec(links.CONTEXT, "Context", ":material/trending_down:", context.render),
     PageSpec(links.CAPACITY, "Capacity", ":material/memory:", capacity.render),

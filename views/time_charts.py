@@ -196,3 +196,24 @@ def alert_timeline(transitions: pd.DataFrame, start: pd.Timestamp, end: pd.Times
         )
         .properties(height=alt.Step(34))
     )
+
+
+# -- SLOs ----------------------------------------------------------------------------------------------------
+def budget_burn_down_chart(frame: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> TopChart:
+    """The error budget left over the SLO's period (``budget_left``, a fraction) with the empty-budget line:
+    below it the budget is overspent."""
+    data = thin(frame[["time", "budget_left"]].dropna())
+    line = (
+        alt.Chart(with_gaps(data))
+        .mark_line(color="#4c78a8", strokeWidth=1.8, point=sparse(data))
+        .encode(
+            x=time_x((start, end)),
+            y=alt.Y("budget_left:Q", title="error budget left", axis=alt.Axis(format="~%")),
+            tooltip=[
+                alt.Tooltip("time:T", title="time", format=TIME_TOOLTIP_FORMAT),
+                alt.Tooltip("budget_left:Q", title="budget left", format=".1%"),
+            ],
+        )
+    )
+    empty = alt.Chart(pd.DataFrame({"budget_left": [0.0]})).mark_rule(color="#e45756", strokeDash=[5, 4])
+    return top_chart(alt.layer(line, empty.encode(y="budget_left:Q")).properties(height=HEIGHT))

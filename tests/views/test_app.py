@@ -59,6 +59,8 @@ def test_every_page_explains_an_empty_store(tmp_path: Path, page: str) -> None:
     shown = texts(at)
     if page == "alerts":
         assert "No alert engine data yet" in shown
+    elif page == "slo":  # without SLOs in the config, how to configure one comes first
+        assert "No SLO is configured." in shown
     else:
         assert "is empty: no collector has written to it yet" in shown
 

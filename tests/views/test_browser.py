@@ -4,6 +4,8 @@ The dashboard starts on an empty store and writes its own day of simulated histo
 ``sim.history_h``). Every page at 15 min, 1 h, 6 h and 24 h: no exception element, every chart draws marks
 (an empty one would be a sentence instead), every time axis reads a 24-hour clock (or a date at midnight),
 the websocket carries < 2 MB per page, and a screenshot of each page at 1 h lands in test-output/screenshots/.
+The SLO page counts what the running collector scraped (the history filler writes no SLO events): three SLOs
+are added unless the default config has its own.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ DRAWN_CHART = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteC
 RANGES = ("15m", "1h", "6h", "24h")
 DEMO_SERVERS, HISTORY_H = 11, 24
 FILL_TIMEOUT_S = 240.0
+DEMO_SLOS = [
+    {"name": "ttft-1s", "sli": {"kind": "ttft", "threshold_s": 1}, "objective": 0.99},
+    {"name": "tpot-40ms", "sli": {"kind": "tpot", "threshold_s": 0.04}, "objective": 0.99},
+    {"name": "availability", "sli": {"kind": "availability"}, "objective": 0.999},
+]
 TIME_LABEL = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^\d{2} [A-Z][a-z]{2}$")  # 21:03, or 01 Dec at midnight
 # Per chart: how many data marks Vega drew, and the labels of its time axis (Vega's SVG names axes in aria).
 CHART_FACTS = """() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')].map(c => ({
@@ -49,6 +56,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     store_path = folder / "history.sqlite"
     config = yaml.safe_load((ROOT / "config" / "default.yaml").read_text(encoding="utf-8"))
     config["store"]["path"] = str(store_path)  # the default, with its history kept out of the work tree
+    config.setdefault("slos", DEMO_SLOS)
     config_path = folder / "specwatch.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     port = free_port()
@@ -127,6 +135,9 @@ def test_every_page_at_every_range_draws_or_says_why(dashboard: tuple[str, Path]
                     settle(page, spec.title)
                     if spec.url_path != "alerts":  # a fresh alert engine may have nothing to chart yet
                         page.wait_for_selector(DRAWN_CHART, timeout=PAGE_TIMEOUT_MS)
+                    if spec.url_path == "slo":  # the live collector's counts: a budget, not a dash
+                        tile = page.locator('[data-testid="stMetric"]', has_text="Error budget left")
+                        assert re.search(r"-?\d+\.\d %", tile.first.inner_text()), f"{where}: no budget"
                     if range_key == "1h":
                         page.screenshot(path=str(SCREENSHOTS / f"{spec.url_path}.png"), full_page=True)
                     exceptions = page.locator('[data-testid="stException"]')

@@ -14,6 +14,7 @@ from collectors.store.history import SqliteStore
 from sim.history import synthesize_history
 from tests.views.conftest import page_test, write_config
 from views.menu import PAGES
+from views.pages import slo as slo_page
 
 STEP_S = 5.0
 
@@ -46,7 +47,9 @@ def test_every_page_renders_the_demo(open_demo: Callable[[str], AppTest], page: 
     at = open_demo(page)
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    if page != "alerts":  # no alert engine ran over synthesized history
+    if page == "slo":  # no SLO configured (synthesized history counts no SLO events): it says how
+        assert [i.value for i in at.info] == [slo_page.NO_SLOS]
+    elif page != "alerts":  # no alert engine ran over synthesized history
         assert at.get("vega_lite_chart"), f"{page} draws no chart"
 
 

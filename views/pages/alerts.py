@@ -9,17 +9,21 @@ import pandas as pd
 import streamlit as st
 
 from collectors.secrets import Redactor
-from views import blocks, data, formatting, time_charts
+from collectors.slo import Scope
+from views import blocks, data, formatting, links, slo_frames, time_charts
 from views.formatting import format_age
 from views.page_context import PageContext
 
 ACTIVE_CONFIG = {
     "rule": st.column_config.TextColumn("rule", pinned=True),
+    "slo": st.column_config.TextColumn("SLO", help="ErrorBudgetBurn: the SLO burning"),
+    "scope": st.column_config.TextColumn("scope", help="ErrorBudgetBurn: where it burns"),
     "target": st.column_config.TextColumn("server"),
     "severity": st.column_config.TextColumn("severity"),
     "for": st.column_config.TextColumn("for", help="time in the current state"),
     "value": st.column_config.NumberColumn("value", format="%.3f"),
     "summary": st.column_config.TextColumn("summary", width="large"),
+    "description": st.column_config.TextColumn("description", width="large"),
     "deployment": st.column_config.TextColumn("deployment"),
     "recipe_id": st.column_config.TextColumn("recipe"),
 }
@@ -96,19 +100,33 @@ def _section(title: str, rows: pd.DataFrame, empty: str) -> None:
     if rows.empty:
         st.caption(empty)
         return
-    severity_rank = {"critical": 0, "warning": 1, "info": 2}
-    ordered = rows.assign(_rank=rows["severity"].map(severity_rank).fillna(3)).sort_values(
-        ["_rank", "since_ts"]
-    )
+    # ErrorBudgetBurn's page and ticket rank with critical and warning.
+    severity_rank = {"critical": 0, "page": 0, "warning": 1, "ticket": 1, "info": 2}
+    ordered = rows.assign(
+        _rank=rows["severity"].map(severity_rank).fillna(3),
+        scope_key=rows["scope"],
+        scope=[
+            Scope.from_key(k).words if slo else "" for slo, k in zip(rows["slo"], rows["scope"], strict=True)
+        ],
+    ).sort_values(["_rank", "since_ts"])
+    burns = ordered[ordered["slo"] != ""]
+    # SLO, scope and description only when an ErrorBudgetBurn is among them (other rules leave them empty).
+    hidden = set() if not burns.empty else {"slo", "scope", "description"}
     st.dataframe(
         ordered,
         column_config=ACTIVE_CONFIG,
-        column_order=list(ACTIVE_CONFIG),
+        column_order=[c for c in ACTIVE_CONFIG if c not in hidden],
         hide_index=True,
         placeholder=formatting.DASH,
         width="stretch",
         key=f"alerts_{title.lower()}",
     )
+    for row in burns.head(5).itertuples():  # the attribution in full, and the way to the SLO's page
+        words = f"**{formatting.plain(str(row.slo))} · {row.scope}** ({formatting.plain(str(row.severity))})"
+        st.markdown(f"{words}: {formatting.plain(str(row.description or row.summary))}")
+        links.slo_link(
+            f"Open {row.slo} on the SLOs page", str(row.slo), slo_frames.scope_label(str(row.scope_key))
+        )
 
 
 NOTIFICATIONS_CONFIG = {

@@ -10,7 +10,9 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import blocks, data, fleet_frames, formatting, links, time_charts
+from collectors.slo import build_slos
+from config import ConfigError
+from views import blocks, data, fleet_frames, formatting, links, slo_frames, time_charts
 from views.fleet_frames import STATUS_DOWN, STATUSES
 from views.page_context import PageContext
 
@@ -66,6 +68,8 @@ def _live(ctx: PageContext) -> None:
         blocks.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
         _banners(table, board is None)
         _totals(fleet_frames.fleet_totals(table))
+        with blocks.store_errors():  # an unreadable SLO table must not take the server table with it
+            _slo_status(ctx, now_ts, board)
         shown = _filtered(table)
         _table(shown)
         _fleet_chart(ctx, now_ts)
@@ -134,6 +138,54 @@ def _totals(totals: fleet_frames.FleetTotals) -> None:
         border=True,
     )
     row2[3].metric("Firing alerts", str(totals.firing_alerts), border=True)
+
+
+SLO_STATUS_CONFIG = {
+    "slo": st.column_config.TextColumn("SLO", pinned=True),
+    "scope": st.column_config.TextColumn("scope"),
+    "budget_left": st.column_config.NumberColumn(
+        "budget left", format="%.1f%%", help="of the period's error budget; negative: overspent"
+    ),
+    "fastest_burn": st.column_config.TextColumn("fastest burn", help="the highest burn rate of 5m … 3d"),
+    "burning": st.column_config.TextColumn("burning now", help="severities whose both windows burn now"),
+    "firing": st.column_config.TextColumn("firing", help="firing ErrorBudgetBurn alerts"),
+}
+
+
+def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) -> None:
+    """Per SLO and deployment: budget left, fastest burn, burning and firing; a row opens it on the SLO
+    page. Nothing when no SLO is configured (the SLO page says how)."""
+    try:
+        slos = build_slos(ctx.config, "the config")
+    except ConfigError:
+        return  # the SLO page shows the error
+    if not slos:
+        return
+    report = data.slo_fleet_status(ctx.store_path, slos)
+    frame = slo_frames.trouble_first(
+        slo_frames.overview_frame(report.statuses, data.firing_slo_alerts(board))
+    )
+    st.caption(
+        f"Service-level objectives as of {formatting.format_age(now_ts - report.now_ts)} "
+        "(refreshed every minute) · select a row to open it on the SLO page"
+    )
+    event = st.dataframe(
+        frame,
+        column_config=SLO_STATUS_CONFIG,
+        column_order=list(SLO_STATUS_CONFIG),
+        hide_index=True,
+        placeholder=formatting.DASH,
+        width="stretch",
+        height=min(38 + 35 * len(frame), 216),  # five rows, trouble first; the rest scrolls
+        on_select="rerun",
+        selection_mode="single-row",
+        key="fleet_slos",
+    )
+    rows = event.selection.rows if event is not None else []
+    if rows:
+        chosen = frame.iloc[rows[0]]
+        links.open_slo(str(chosen["slo"]), slo_frames.scope_label(str(chosen["scope_key"])))
+    links.slo_link("SLO details: budget burn-down, burn rates, why it burned")
 
 
 def _filtered(table: pd.DataFrame) -> pd.DataFrame:
