@@ -25,6 +25,10 @@ from typing import Literal
 
 from collectors.signals import ITL, REQUESTS, TTFT, Family
 from config import Config, ConfigError, SloSettings
+from config.settings import (
+    DEFAULT_BOUNDARIES_S,
+    boundary_of,
+)
 
 # How the exposition reader keeps a sample: a gauge's value, a cumulative sum over series, or one histogram
 # bucket (``bucket_sample``) summed the same way.
@@ -36,23 +40,10 @@ TPOT_PER_REQUEST = Family("request_time_per_output_token_seconds", "histogram", 
 E2E = Family("e2e_request_latency_seconds", "histogram", "0.3.6")
 ABORTED = Family("num_aborted_requests_total", "counter", "0.4.2")
 
-# SGLang's default boundaries (sglang-metrics.md; overridable per server with --bucket-*), seconds.
-TTFT_BOUNDARIES_S = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-TPOT_BOUNDARIES_S = (
-    *(0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1),
-    *(0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8),
-)
-E2E_BOUNDARIES_S = (*TTFT_BOUNDARIES_S, 600, 1200, 1800, 2400)
-
 LATENCY_FAMILIES: dict[str, tuple[Family, ...]] = {
     "ttft": (TTFT,),
     "tpot": (TPOT_PER_REQUEST, ITL),  # the first one the server exposes
     "e2e": (E2E,),
-}
-DEFAULT_BOUNDARIES_S: dict[str, tuple[float, ...]] = {
-    "ttft": TTFT_BOUNDARIES_S,
-    "tpot": TPOT_BOUNDARIES_S,
-    "e2e": E2E_BOUNDARIES_S,
 }
 # What the SLI measures, in words (the page, the CLI and the alert say it).
 SLI_WORDS = {
@@ -325,36 +316,20 @@ def scaled_conditions(
     )
 
 
-def nearest_boundaries(value: float, boundaries: Iterable[float]) -> tuple[float | None, float | None]:
-    below = [b for b in boundaries if b < value]
-    above = [b for b in boundaries if b > value]
-    return (max(below) if below else None, min(above) if above else None)
-
-
 def build_slos(config: Config, source: str = "<config>") -> tuple[Slo, ...]:
-    """The configured SLOs, validated beyond their types: a latency threshold must be a bucket boundary of
-    the SLI's histogram (SGLang's defaults, or the ``buckets`` the SLO declares), else ``ConfigError``
-    naming the nearest boundaries."""
+    """The configured SLOs with their alert conditions (the workbook's, scaled to each period, unless set);
+    ``ConfigError`` for a condition longer than the SLO's period. (A threshold off the histogram's bucket
+    boundaries already failed when the config was loaded.)"""
     return tuple(_build(index, slo, source) for index, slo in enumerate(config.slos))
 
 
 def _build(index: int, raw: SloSettings, source: str) -> Slo:
     sli = Sli(raw.sli.kind, raw.sli.threshold_s)
     if sli.threshold_s is not None:
-        boundaries = raw.buckets or DEFAULT_BOUNDARIES_S[sli.kind]
-        if not any(math.isclose(sli.threshold_s, b, rel_tol=1e-9) for b in boundaries):
-            below, above = nearest_boundaries(sli.threshold_s, boundaries)
-            nearest = " and ".join(format_le(b) for b in (below, above) if b is not None)
-            origin = "the SLO's buckets" if raw.buckets else f"SGLang's default {sli.kind} buckets"
-            raise ConfigError(
-                source,
-                f"slos[{index}].sli.threshold_s",
-                f"a bucket boundary of {origin} (nearest: {nearest})",
-                sli.threshold_s,
-                "a count between two boundaries would be interpolated; pick a boundary, or declare the "
-                "servers' own with slos[].buckets",
-            )
-        sli = Sli(sli.kind, next(b for b in boundaries if math.isclose(sli.threshold_s, b, rel_tol=1e-9)))
+        # The settings checked it is a boundary (``SloSettings``); the boundary itself is kept, so 1.0000001
+        # and 1 name one bucket.
+        boundary = boundary_of(sli.threshold_s, raw.buckets or DEFAULT_BOUNDARIES_S[sli.kind])
+        sli = Sli(sli.kind, boundary if boundary is not None else sli.threshold_s)
     window_s = raw.window_s
     page = (
         tuple(BurnWindow(w.long_s, w.short_s, w.factor) for w in raw.alerting.page)

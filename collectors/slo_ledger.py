@@ -23,7 +23,8 @@ from collectors.store.slo_counts import MINUTE_S, TARGET_BUCKET_S, MinuteRow, Sl
 log = logging.getLogger(__name__)
 
 _NO_LABELS: Mapping[str, str] = {}
-MAX_UNSAVED_ROWS = 200_000  # increments kept while the store fails (bounded; counted when dropped)
+MAX_UNSAVED_ROWS = 200_000
+TARGET_FLUSH_S = 60.0  # increments kept while the store fails (bounded; counted when dropped)
 PRUNE_EVERY_S = 3600.0
 
 
@@ -114,6 +115,7 @@ class SloLedger:
         ] = {}
         self._dropped = 0
         self._next_prune_ts = 0.0
+        self._next_target_flush_ts = 0.0
         self.store_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -205,8 +207,14 @@ class SloLedger:
             self._unsaved.clear()
             self._targets.clear()
             return
-        open_bucket = int(self._clock() // TARGET_BUCKET_S * TARGET_BUCKET_S)
-        closed = [key for key in self._targets if final or key[2] < open_bucket]
+        # Per-server increments go out once a minute (a viewer lists the servers that burned without
+        # waiting for their 5-minute bucket to close; adding increments keeps partial writes exact), not
+        # every cycle: at 1,000 servers × 4 SLOs that is 4,000 upserts a minute instead of every 5 s.
+        now = self._clock()
+        due = final or now >= self._next_target_flush_ts
+        if due:
+            self._next_target_flush_ts = now + TARGET_FLUSH_S
+        closed = list(self._targets) if due else []
         minutes = [MinuteRow(s, scope, m, g, t) for (s, scope, m), (g, t) in self._unsaved.items()]
         targets = [TargetRow(s, target, b, *self._targets[(s, target, b)]) for s, target, b in closed]
         try:

@@ -8,6 +8,8 @@ attribution reads the burning servers' signals from the history store.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -220,9 +222,11 @@ class Goodput:
 
 
 def goodput(counts: SloCounts, slos: Sequence[Slo], now: float) -> list[Goodput]:
-    """Per scope (SLO match and deployment), over the last five minutes."""
+    """Per scope (SLO match and deployment), over the last five minutes — or as much of them as the store
+    holds: a scope counted for 45 s served its requests in 45 s, not in five minutes."""
     by_scope: dict[str, list[EventCounts]] = {}
     names: dict[str, list[str]] = {}
+    firsts: dict[str, list[int]] = {}
     for slo in slos:
         if slo.sli.kind == "availability":
             continue
@@ -230,15 +234,20 @@ def goodput(counts: SloCounts, slos: Sequence[Slo], now: float) -> list[Goodput]
             window = window_counts(counts, slo, scope, GOODPUT_WINDOW_S, now)
             by_scope.setdefault(scope.key, []).append(window)
             names.setdefault(scope.key, []).append(slo.name)
+            first = counts.first_minute(slo.name, scope.key)
+            if first is not None:
+                firsts.setdefault(scope.key, []).append(first)
     out: list[Goodput] = []
     for key, windows in by_scope.items():
         total = max(w.total for w in windows)
+        stored_s = now - min(firsts[key]) if key in firsts else GOODPUT_WINDOW_S
+        window_s = min(GOODPUT_WINDOW_S, max(stored_s, 1.0))
         if total <= 0:
-            out.append(Goodput(Scope.from_key(key), None, None, tuple(names[key])))
+            out.append(Goodput(Scope.from_key(key), None, None, tuple(names[key]), window_s))
             continue
-        lower = max(total - sum(w.bad for w in windows), 0.0) / GOODPUT_WINDOW_S
-        upper = min(w.good for w in windows) / GOODPUT_WINDOW_S
-        out.append(Goodput(Scope.from_key(key), lower, upper, tuple(names[key])))
+        lower = max(total - sum(w.bad for w in windows), 0.0) / window_s
+        upper = min(w.good for w in windows) / window_s
+        out.append(Goodput(Scope.from_key(key), lower, upper, tuple(names[key]), window_s))
     return sorted(out, key=lambda g: (g.scope.key != "", g.scope.key))
 
 
@@ -300,13 +309,18 @@ def baseline_span(
     counts: SloCounts, slo: Slo, scope: Scope, before_ts: float, length_s: float
 ) -> tuple[float, float] | None:
     """The latest stretch of ``length_s`` ending before ``before_ts`` that did not burn (burn rate ≤ 1 with
-    events), walking back half a stretch at a time over the SLO's period; None when there is none."""
-    first = counts.first_minute(slo.name, scope.key)
-    if first is None:
+    events), walking back half a stretch at a time over the SLO's period; None when there is none. The
+    period's minutes are read once (a scope burning all month would otherwise cost a sum per step)."""
+    minutes = counts.minutes(slo.name, scope.key, before_ts - slo.window_s, before_ts)
+    if not minutes:
         return None
+    starts = [m for m, _, _ in minutes]
+    good = list(itertools.accumulate([g for _, g, _ in minutes], initial=0.0))
+    total = list(itertools.accumulate([t for _, _, t in minutes], initial=0.0))
     end = before_ts
-    while end - length_s >= first - 60.0 and before_ts - end <= slo.window_s:
-        window = counts.counts(slo.name, scope.key, end - length_s, end)
+    while end - length_s >= starts[0] - 60.0:
+        i, j = bisect.bisect_left(starts, end - length_s), bisect.bisect_left(starts, end)
+        window = EventCounts(good[j] - good[i], total[j] - total[i])
         rate = burn_rate(window, slo.objective)
         if rate is not None and rate <= 1.0 and window.total > 0:
             return end - length_s, end

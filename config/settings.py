@@ -304,6 +304,34 @@ class SloAlertingSettings(_Settings):
 
 SliKind = Literal["ttft", "tpot", "e2e", "availability"]
 
+# SGLang's default histogram boundaries, seconds (sglang-metrics.md; --bucket-time-to-first-token,
+# --bucket-inter-token-latency and --bucket-e2e-request-latency override them). A latency SLO's threshold must
+# be one of them, or of the SLO's own ``buckets``: a count between two boundaries would be an interpolation.
+TTFT_BOUNDARIES_S = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+TPOT_BOUNDARIES_S = (
+    *(0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1),
+    *(0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8),
+)
+E2E_BOUNDARIES_S = (*TTFT_BOUNDARIES_S, 600, 1200, 1800, 2400)
+DEFAULT_BOUNDARIES_S: dict[str, tuple[float, ...]] = {
+    "ttft": TTFT_BOUNDARIES_S,
+    "tpot": TPOT_BOUNDARIES_S,
+    "e2e": E2E_BOUNDARIES_S,
+}
+
+
+def boundary_of(value: float, boundaries: tuple[float, ...]) -> float | None:
+    """The boundary ``value`` is (within float noise), or None."""
+    return next((b for b in boundaries if abs(b - value) <= 1e-9 * max(abs(b), 1.0)), None)
+
+
+def _nearest_words(value: float, boundaries: tuple[float, ...]) -> str:
+    below = [b for b in boundaries if b < value]
+    above = [b for b in boundaries if b > value]
+    return " and ".join(
+        f"{b:g}" for b in (max(below) if below else None, min(above) if above else None) if b is not None
+    )
+
 
 class SliSettings(_Settings):
     kind: SliKind = Field(description="ttft, tpot, e2e (latency under threshold_s) or availability.")
@@ -346,6 +374,21 @@ class SloSettings(_Settings):
     alerting: SloAlertingSettings = Field(
         default_factory=SloAlertingSettings, description="Burn-rate alert conditions and traffic floor."
     )
+
+    @model_validator(mode="after")
+    def _threshold_is_a_boundary(self) -> SloSettings:
+        threshold = self.sli.threshold_s
+        if threshold is None:
+            return self
+        boundaries = self.buckets or DEFAULT_BOUNDARIES_S[self.sli.kind]
+        if boundary_of(threshold, boundaries) is None:
+            origin = "the SLO's buckets" if self.buckets else f"SGLang's default {self.sli.kind} buckets"
+            raise ValueError(
+                f"sli.threshold_s {threshold:g} is not a bucket boundary of {origin} (nearest: "
+                f"{_nearest_words(threshold, boundaries)}); a count between two boundaries would be "
+                "interpolated: pick a boundary, or declare the servers' own with buckets"
+            )
+        return self
 
     @field_validator("window")
     @classmethod

@@ -677,8 +677,7 @@ def _slo_report(path: str, now_ts: float, slos_key: str, _slos: tuple[Slo, ...])
 
     def read(counts: SloCountStore, history: HistoryStore) -> SloReport:
         statuses = slo_statuses(counts, _slos, now_ts, history=history)
-        rates = slo_frames.over_stored_window(goodput(counts, _slos, now_ts), statuses)
-        return SloReport(tuple(statuses), tuple(rates), now_ts)
+        return SloReport(tuple(statuses), tuple(goodput(counts, _slos, now_ts)), now_ts)
 
     return reader(path).call_slo(read)
 

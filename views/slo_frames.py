@@ -8,7 +8,6 @@ Unknown (no events) stays None and shows as an em dash, never as 100 % or 0.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 import pandas as pd
 
@@ -86,28 +85,6 @@ def goodput_words(found: Goodput | None) -> str:
     else:
         between = f"between {found.lower_rps:.2f} and {found.upper_rps:.2f} req/s"
     return f"Goodput, last {window}: {between} met every latency SLO of this scope ({names})."
-
-
-def over_stored_window(goodputs: Iterable[Goodput], statuses: Sequence[SloStatus]) -> list[Goodput]:
-    """The goodput bounds as rates over the part of their window the store holds: a scope counted for 45 s
-    served its requests in 45 s, not in 5 minutes (``goodput`` divides by the whole window)."""
-    out: list[Goodput] = []
-    for found in goodputs:
-        covered = [s.covered_s for s in statuses if s.scope == found.scope and s.slo.name in found.slos]
-        stored_s = min(found.window_s, max(covered, default=found.window_s))
-        if found.lower_rps is None or found.upper_rps is None or not 0 < stored_s < found.window_s:
-            out.append(found)
-            continue
-        scale = found.window_s / stored_s
-        out.append(
-            replace(
-                found,
-                lower_rps=found.lower_rps * scale,
-                upper_rps=found.upper_rps * scale,
-                window_s=stored_s,
-            )
-        )
-    return out
 
 
 def goodput_of(goodputs: Iterable[Goodput], scope: Scope) -> Goodput | None:

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
-from collectors.slo import E2E_BOUNDARIES_S, TPOT_BOUNDARIES_S, TTFT_BOUNDARIES_S
+from config.settings import E2E_BOUNDARIES_S, TPOT_BOUNDARIES_S, TTFT_BOUNDARIES_S
 from tests.collectors.bodies import MODEL
 from tests.collectors.servers import Handler, LoopbackServer, send
 

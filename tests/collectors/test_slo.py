@@ -23,6 +23,7 @@ from collectors.slo_report import attribute, goodput, probe_goodput, slo_status
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import ConfigError, parse_config
+from config.settings import DEFAULT_BOUNDARIES_S
 from tests.collectors.mechanism_server import MechanismServer, accept_length, step_latency_s
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
@@ -78,14 +79,32 @@ def test_the_threshold_bucket_is_read_as_prometheus_client_reads_it(
     assert 0 < kept <= exposition.values[f"sglang:{family}_count"]
 
 
-def test_a_threshold_between_boundaries_is_refused_naming_the_nearest() -> None:
-    config = parse_config({"slos": [{**TTFT_1S, "sli": {"kind": "ttft", "threshold_s": 0.9}}]}, "f.yaml")
+def test_a_threshold_between_boundaries_is_refused_at_load_naming_the_nearest() -> None:
+    raw = {"slos": [{**TTFT_1S, "sli": {"kind": "ttft", "threshold_s": 0.9}}]}
     with pytest.raises(ConfigError) as caught:
-        build_slos(config, "f.yaml")
+        parse_config(raw, "f.yaml")
     text = str(caught.value)
-    assert "slos[0].sli.threshold_s" in text
-    assert "0.8 and 1" in text
-    assert "0.9" in text
+    assert text.startswith("f.yaml: slos.0: ")
+    assert "sli.threshold_s 0.9 is not a bucket boundary of SGLang's default ttft buckets" in text
+    assert "(nearest: 0.8 and 1)" in text
+
+
+@pytest.mark.parametrize(
+    ("kind", "family"),
+    [
+        ("ttft", "time_to_first_token_seconds"),
+        ("tpot", "request_time_per_output_token_seconds"),
+        ("e2e", "e2e_request_latency_seconds"),
+    ],
+)
+def test_the_default_boundaries_are_the_golden_bodys(kind: str, family: str) -> None:
+    found = {
+        float(sample.labels["le"])
+        for metric in text_string_to_metric_families(GOLDEN.read_text())
+        for sample in metric.samples
+        if sample.name == f"sglang:{family}_bucket"
+    }
+    assert sorted(found - {math.inf}) == sorted(DEFAULT_BOUNDARIES_S[kind])
 
 
 def test_declared_server_buckets_make_their_boundaries_valid() -> None:

@@ -63,18 +63,8 @@ def test_burn_down_chart_marks_the_empty_budget() -> None:
     assert rule["mark"]["type"] == "rule"
 
 
-def test_goodput_is_a_rate_over_the_stored_part_of_its_window() -> None:
-    # 45 s counted: 90 requests met every SLO (lower), 120 met the stricter one alone (upper).
-    counted = Goodput(Scope(), 90 / 300, 120 / 300, ("ttft-1s",))
-    fresh = SloStatus(SLO, Scope(), EventCounts(120.0, 150.0), 45.0, {})
-    [found] = slo_frames.over_stored_window([counted], [fresh])
-    assert (found.lower_rps, found.upper_rps, found.window_s) == (
-        pytest.approx(2.0),
-        pytest.approx(2.667, abs=1e-3),
-        45.0,
-    )
+def test_goodput_words_name_the_window_the_rates_are_over() -> None:
+    found = Goodput(Scope(), 2.0, 8 / 3, ("ttft-1s",), 45.0)
     assert slo_frames.goodput_words(found) == (
         "Goodput, last 45 s: between 2.00 and 2.67 req/s met every latency SLO of this scope (ttft-1s)."
     )
-    old = SloStatus(SLO, Scope(), EventCounts(120.0, 150.0), 3600.0, {})
-    assert slo_frames.over_stored_window([counted], [old]) == [counted]

@@ -228,12 +228,14 @@ def test_no_slo_configured_shows_how(tmp_path: Path) -> None:
     assert [s.name for s in slos] == ["ttft-1s", "tpot-40ms", "availability"]
 
 
-def test_an_slo_off_the_bucket_boundaries_is_an_error_on_the_page(tmp_path: Path) -> None:
+def test_an_slo_off_the_bucket_boundaries_stops_the_start_with_the_nearest_boundaries(tmp_path: Path) -> None:
     off_buckets: dict[str, object] = {"name": "ttft", "sli": {"kind": "ttft", "threshold_s": 0.75}}
     config_path = slo_config(tmp_path, tmp_path / "history.sqlite", [{**off_buckets, "objective": 0.99}])
     at = page_test(config_path, "slo").run()
+    assert not at.exception
     [error] = [e.value for e in at.error]
-    assert "The SLOs cannot be read." in error
+    assert "specwatch cannot start: bad configuration." in error
+    assert "slos.0: expected sli.threshold_s 0.75 is not a bucket boundary" in error
     assert "nearest: 0.6 and 0.8" in error
 
 
