@@ -221,7 +221,8 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
             "Fires per SLO and scope when both windows of a page or ticket condition burn the error budget "
             "faster than its factor (the SRE workbook's 14.4× over 1 h and 5 m, 6× over 6 h and 30 m, "
             "1× over 3 d and 6 h, scaled to the SLO's period) with at least the SLO's min_events in the long "
-            f"window; recovers below {self.settings.recover_below:g} of the factor; no events is no data, not OK."
+            f"window; recovers below {self.settings.recover_below:g} of the factor; no events is no data, "
+            "not OK."
         )
 
     def export(self, q: PromQL) -> Exported | None:
