@@ -7,6 +7,7 @@
     specwatch export recording-rules [--config FILE] = python -m collectors export-recording-rules
     specwatch export grafana [--config FILE] [--check [DASHBOARD.json]]
     specwatch sim [...]                              = python -m sim
+    specwatch slo --config FILE [--json]             SLO budgets, burn rates, attribution, goodput
 
 It only dispatches: the streamlit app runs in its own process, and the other layers' ``main`` functions
 parse their own arguments, so ``specwatch collect --help`` is the collector's help.
@@ -25,7 +26,7 @@ from pathlib import Path
 from collectors.prometheus.grafana import DEFAULT_RECIPE_LABEL
 from config import Config, ConfigError, load_config
 
-PASS_THROUGH = ("collect", "alerts", "sim")
+PASS_THROUGH = ("collect", "alerts", "sim", "slo")
 
 
 def _config(path: str | None) -> Config:
@@ -121,6 +122,10 @@ def _forward(name: str, argv: Sequence[str]) -> int:
         from alerts.__main__ import main as alerts_main
 
         return alerts_main(["run", *argv])
+    if name == "slo":
+        from alerts.slo_cli import main as slo_main
+
+        return slo_main(argv)
     from sim.__main__ import main as sim_main
 
     return sim_main(list(argv))
@@ -143,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         ("collect", "headless collector (= python -m collectors; see `specwatch collect --help`)"),
         ("alerts", "scrape and evaluate alerts until SIGTERM (= python -m alerts run)"),
         ("sim", "serve a simulated fleet (= python -m sim)"),
+        ("slo", "where every SLO stands: budget, burn rates, attribution, goodput (--config F [--json])"),
     ):
         commands.add_parser(name, help=text, add_help=False)
     export = commands.add_parser("export", help="rule files and the Grafana dashboard, on stdout")

@@ -20,9 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from collectors.signals import ITL, REQUESTS, TTFT, Family
 from config import Config, ConfigError, SloSettings
+
+# How the exposition reader keeps a sample: a gauge's value, a cumulative sum over series, or one histogram
+# bucket (``bucket_sample``) summed the same way.
+SampleKind = Literal["gauge", "cumulative", "bucket"]
 
 # -- the families ------------------------------------------------------------------------------------------
 # ITL (inter_token_latency_seconds) counts tokens: the TPOT SLI before 0.5.22. QUEUE_TIME splits a TTFT burn.
@@ -115,11 +120,12 @@ class Sli:
     def families(self) -> tuple[Family, ...]:
         return (REQUESTS, ABORTED) if self.kind == "availability" else LATENCY_FAMILIES[self.kind]
 
-    def samples(self) -> dict[str, str]:
-        """Every cumulative sample the direct source must keep for this SLI: name → "cumulative"."""
+    def samples(self) -> dict[str, SampleKind]:
+        """Every sample the direct source must keep for this SLI: counter → "cumulative", threshold bucket →
+        "bucket"."""
         if self.threshold_s is None:
             return {family.samples[0]: "cumulative" for family in self.families}
-        out: dict[str, str] = {}
+        out: dict[str, SampleKind] = {}
         for family in self.families:
             out[bucket_sample(family, self.threshold_s)] = "bucket"
             out[f"sglang:{family.name}_count"] = "cumulative"
@@ -350,9 +356,9 @@ def _build(index: int, raw: SloSettings, source: str) -> Slo:
     )
 
 
-def kept_samples(slos: Iterable[Slo]) -> dict[str, str]:
+def kept_samples(slos: Iterable[Slo]) -> dict[str, SampleKind]:
     """Every sample the direct source keeps for these SLOs (bucket keys and cumulative counters)."""
-    out: dict[str, str] = {}
+    out: dict[str, SampleKind] = {}
     for slo in slos:
         out.update(slo.sli.samples())
     return out

@@ -19,11 +19,11 @@ from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 
 from collectors.errors import BadExposition
 from collectors.signals import all_families
-from collectors.slo import format_le
+from collectors.slo import SampleKind, format_le
 
 # "bucket": one cumulative histogram bucket per wanted ``le`` (an SLO's threshold), kept under
 # ``collectors.slo.bucket_sample``'s key and summed like a counter.
-Kind = Literal["gauge", "cumulative", "bucket"]
+Kind = SampleKind
 Dialect = Literal["text", "openmetrics"]
 
 # The samples derive.py reads, by canonical (colon) name, from the signal catalogue. "gauge": one live series

@@ -68,7 +68,7 @@ class DirectSource:
         self._slis = tuple(slis)
         extra = {name: kind for sli in self._slis for name, kind in sli.samples().items()}
         self._slo_keys = tuple(extra)
-        self._plan = sample_plan(extra)  # type: ignore[arg-type]
+        self._plan = sample_plan(extra)
         self._path = metrics_path(extra) if extra else METRICS_PATH
         self._rate_clock = rate_clock if rate_clock is not None else monotonic
         if not settings.verify_tls and not settings.ca_bundle:

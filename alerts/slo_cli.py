@@ -1,0 +1,170 @@
+"""``specwatch slo --config F [--json]``: where every SLO stands, read from the store the collector writes.
+
+One line per SLO and scope (budget, burn rates, the ErrorBudgetBurn severities firing, which half of the
+fraction burned it), then one line per scope with the goodput bounds. ``--json`` prints the same as JSON
+lines; ``null`` is unknown (no events, nothing to compare with), never zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from alerts.state_store import AlertStateStore
+from collectors.errors import StoreError
+from collectors.slo import REPORT_WINDOWS_S, build_slos
+from collectors.slo_report import Goodput, SloStatus, goodput, slo_statuses
+from collectors.store.history import SqliteStore
+from collectors.store.slo_counts import SloCountStore
+from config import Config, ConfigError, load_config
+
+BURN_RULE = "ErrorBudgetBurn"
+# An ErrorBudgetBurn instance's labels beyond these are its scope's (deployment, match labels).
+NOT_SCOPE_LABELS = frozenset(
+    {"alertname", "slo", "severity", "long_window", "short_window", "target", "recipe_id", "source"}
+)
+
+
+def _number(value: float | None, digits: int = 6) -> float | None:
+    return round(value, digits) if value is not None and math.isfinite(value) else None
+
+
+def status_record(status: SloStatus, firing: Sequence[str]) -> dict[str, Any]:
+    """The JSON line of one SLO in one scope (the keys the README documents)."""
+    attribution = status.attribution
+    sli = status.slo.sli
+    return {
+        "slo": status.slo.name,
+        "scope": status.scope.as_dict(),
+        "sli": {"kind": sli.kind, "threshold_s": sli.threshold_s},
+        "objective": status.slo.objective,
+        "window_s": status.slo.window_s,
+        "covered_s": _number(status.covered_s, 1),
+        "good": status.period.good,
+        "total": status.period.total,
+        "attainment": _number(status.attainment),
+        "error_budget_remaining": _number(status.budget_remaining),
+        "burn_rate": {name: _number(status.burn_rates.get(name)) for name in REPORT_WINDOWS_S},
+        "alerts": list(firing),
+        "attribution": (
+            {k: _number(v, 4) for k, v in attribution.shares.items()}
+            if attribution is not None and attribution.shares is not None
+            else None
+        ),
+        "attribution_reason": attribution.reason if attribution is not None else "no history store to read",
+    }
+
+
+def goodput_record(item: Goodput) -> dict[str, Any]:
+    return {
+        "scope": item.scope.as_dict(),
+        "goodput_rps": {"lower": _number(item.lower_rps, 4), "upper": _number(item.upper_rps, 4)},
+        "slos": list(item.slos),
+        "window_s": item.window_s,
+    }
+
+
+def firing_severities(alerts: AlertStateStore | None) -> Callable[[SloStatus], list[str]]:
+    """The ErrorBudgetBurn severities firing for an SLO and scope (the alert's labels name both)."""
+    instances = []
+    if alerts is not None:
+        try:
+            instances = [i for i in alerts.active() if i.rule == BURN_RULE and i.state.value == "firing"]
+        except StoreError:
+            instances = []
+
+    def severities(status: SloStatus) -> list[str]:
+        wanted = status.scope.as_dict()
+        found = {
+            i.label("severity")
+            for i in instances
+            if i.label("slo") == status.slo.name
+            and {k: v for k, v in i.labels_dict.items() if k not in NOT_SCOPE_LABELS} == wanted
+        }
+        return [s for s in ("page", "ticket") if s in found]
+
+    return severities
+
+
+def _text(status: SloStatus, firing: Sequence[str]) -> str:
+    def pct(value: float | None, digits: int = 2) -> str:
+        return "unknown" if value is None else f"{value * 100:.{digits}f}%"
+
+    rates = " ".join(
+        f"{name}={'-' if rate is None else f'{rate:.1f}x'}" for name, rate in status.burn_rates.items()
+    )
+    attribution = status.attribution
+    why = attribution.sentence or f"attribution unknown: {attribution.reason}" if attribution else ""
+    alert = f" FIRING {'+'.join(firing)}" if firing else ""
+    return (
+        f"{status.slo.name} [{status.scope.words}] {status.slo.sli.words}: attainment "
+        f"{pct(status.attainment, 3)} of {status.slo.objective:.2%}, budget left "
+        f"{pct(status.budget_remaining, 1)}; "
+        f"burn {rates}{alert}" + (f"\n    {why}" if why else "")
+    )
+
+
+def run(config: Config, *, json_lines: bool, now: float | None = None, source: str = "config") -> int:
+    slos = build_slos(config, source)
+    if not slos:
+        print(f"{source}: no slos: configured (see docs/slo.md)", file=sys.stderr)
+        return 2
+    if config.source == "prometheus":
+        print(
+            f"{source}: source: prometheus keeps no SLO counts in specwatch's store; load "
+            "`specwatch export rules` into Prometheus (Sloth-compatible slo: series) and read them there",
+            file=sys.stderr,
+        )
+        return 2
+    path = config.store.path
+    if not Path(path).exists():
+        print(f"{path}: no store yet (start the collector: specwatch alerts --config F)", file=sys.stderr)
+        return 1
+    now = time.time() if now is None else now
+    counts = SloCountStore(path, create=False)
+    history = SqliteStore(path)
+    alerts = AlertStateStore(path)
+    try:
+        statuses = slo_statuses(counts, slos, now, history=history)
+        severities = firing_severities(alerts)
+        for status in statuses:
+            firing = severities(status)
+            print(json.dumps(status_record(status, firing)) if json_lines else _text(status, firing))
+        for item in goodput(counts, slos, now):
+            record = goodput_record(item)
+            if json_lines:
+                print(json.dumps(record))
+            else:
+                bounds = record["goodput_rps"]
+                shown = (
+                    "unknown (no events in 5 min)"
+                    if bounds["lower"] is None
+                    else f"{bounds['lower']:.2f}–{bounds['upper']:.2f} req/s"
+                )
+                print(f"goodput [{item.scope.words}] {shown} met {', '.join(item.slos)}")
+    finally:
+        counts.close()
+        history.close()
+        alerts.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specwatch slo", description=__doc__)
+    parser.add_argument("--config", required=True, help="fleet configuration file with slos:")
+    parser.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        return run(load_config(args.config), json_lines=args.json, source=args.config)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
