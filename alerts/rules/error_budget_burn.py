@@ -21,7 +21,7 @@ from alerts.window import TargetHistory
 from collectors.model import Recipe
 from collectors.prometheus import slo_rules
 from collectors.prometheus.slo_rules import window_name
-from collectors.slo import Scope, Slo, budget_remaining, format_seconds
+from collectors.slo import Scope, Slo, budget_remaining
 from collectors.slo_ledger import SloCounts
 from collectors.slo_report import Attribution, BurnCheck, attribute, burn_checks
 from collectors.store.history import HistoryStore
@@ -173,7 +173,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         period = window_name(slo.window_s)
         left = f"{budget_left:.0%}" if budget_left is not None else "unknown"
         # At a burn rate r the whole period's budget lasts period ÷ r.
-        lasts = format_seconds(slo.window_s / long_rate) if long_rate > 0 else ""
+        lasts = _span(slo.window_s / long_rate) if long_rate > 0 else "forever"
         why = ""
         if attribution is not None:
             why = f" Why: {attribution.sentence or attribution.reason}."
@@ -283,6 +283,13 @@ def _holds_at(check: BurnCheck, min_events: float, fraction: float) -> bool:
         and check.long_rate > threshold
         and check.short_rate > threshold
     )
+
+
+def _span(seconds: float) -> str:
+    """How long a budget lasts, as people say it: 45 min, 11 h, 2.1 d."""
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.1f} d"
 
 
 def _fastest(checks: Sequence[BurnCheck]) -> float | None:

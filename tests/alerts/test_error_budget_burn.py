@@ -5,14 +5,19 @@ state without notifying twice."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from alerts.model import AlertState
+from alerts.service import Service
+from config import parse_config
 from tests.alerts import slo_scenario as scenario
-from tests.alerts.slo_scenario import Run, scope_of
+from tests.alerts.conftest import Clock
+from tests.alerts.slo_scenario import HOOK, Run, scope_of
+from tests.collectors.mechanism_server import MechanismServer
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +157,71 @@ def test_a_restart_keeps_firing_and_does_not_notify_again(tmp_path: Path) -> Non
     assert not [t for t in second.transitions if t.kind == "firing"]
     assert second.notified() == before  # nothing queued again
     second.store.close()
+
+
+# -- through the Service, on loopback servers whose histograms follow the mechanism -------------------------
+def _service(path: Path, servers: dict[str, MechanismServer], clock: Clock) -> Service:
+    raw = {
+        "targets": [
+            {"name": name, "url": server.url, "labels": {"deployment": name.split("-")[0]}}
+            for name, server in servers.items()
+        ],
+        "store": {"path": str(path)},
+        "exporter": {"listen": None},
+        "alerts": {"webhook_urls": [HOOK]},
+        "slos": [{"name": "ttft-1s", "sli": {"kind": "ttft", "threshold_s": 1}, "objective": 0.99}],
+    }
+    return Service(parse_config(raw, "test"), clock=clock, source="test")
+
+
+def test_a_queueing_server_pages_its_deployment_with_the_reason_and_a_restart_keeps_it(
+    tmp_path: Path,
+) -> None:
+    servers = {name: MechanismServer(seed=n) for n, name in enumerate(("east-a", "east-b", "west-a"))}
+    clock = Clock(scenario.T0)
+    path = tmp_path / "history.sqlite"
+    service = _service(path, servers, clock)
+    try:
+        service.run_cycle()
+        # Two hours healthy (a scrape every 2 minutes: the baseline the attribution compares with), then
+        # east-a's queue grows for 20 minutes.
+        for step in range(80):
+            burning = step >= 60
+            step_s = 60 if burning else 120
+            for name, server in servers.items():
+                slow = burning and name == "east-a"
+                server.serve(step_s // 2, context_tokens=4096, queue_s=1.2 if slow else 0.05, prefill_s=0.3)
+            clock.advance(step_s)
+            service.run_cycle()
+        firing = [i for i in service.engine.active() if i.rule == "ErrorBudgetBurn"]
+        pages = {scope_of(i.labels_dict) for i in firing if i.severity == "page"}
+        assert "deployment=east" in pages  # half of east's requests slow for 20 minutes: 17× over 1 h
+        assert "deployment=west" not in pages
+        east = next(i for i in firing if i.severity == "page" and i.deployment == "east")
+        # Which half of the fraction burned it: TTFT = queue + prefill, and only the queue grew.
+        assert re.search(r"Why: TTFT \d+ ms → \d+ ms: 100% queueing \(50 ms → \d+ ms\)", east.description)
+        assert float(east.annotations_dict["attribution_queue"]) == pytest.approx(1.0, abs=0.05)
+        notified = len(service.alert_store.deliveries(1000, receiver=HOOK))
+    finally:
+        service.stop()
+    # A new process on the same store: the SLO counts and the alert states come back, nothing re-sent.
+    again = _service(path, servers, clock)
+    try:
+        for name, server in servers.items():
+            server.serve(30, context_tokens=4096, queue_s=1.2 if name == "east-a" else 0.05, prefill_s=0.3)
+        restarted_at = clock.now
+        for _ in range(2):
+            clock.advance(60)
+            again.run_cycle()
+        transitions = again.alert_store.transitions(restarted_at, clock.now + 1)
+        assert not [t for t in transitions if t.kind == "firing"]
+        page = next(i for i in again.engine.active() if i.severity == "page" and i.deployment == "east")
+        # Evaluated again (the ledger came back from the SLO tables: the burn still holds), not just reloaded.
+        assert page.state is AlertState.FIRING
+        assert page.last_eval_ts == clock.now
+        assert not page.suspended
+        assert len(again.alert_store.deliveries(1000, receiver=HOOK)) == notified
+    finally:
+        again.stop()
+        for server in servers.values():
+            server.stop()
