@@ -28,6 +28,7 @@ from alerts.model import (
 )
 from alerts.payloads import fingerprint, outbox_items
 from alerts.rules import Rule
+from alerts.scopes import scope_members, scope_target
 from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
@@ -76,12 +77,6 @@ class _Live:
             suspended=s.suspended,
             last_active_ts=s.last_active_ts,
         )
-
-
-def scope_target(slo: Slo, scope_key: str) -> str:
-    """What an SLO alert instance is about, in the place of a target: ``ttft-1s`` or
-    ``ttft-1s deployment=east`` (the Alerts page and the notification's link show it)."""
-    return f"{slo.name} {scope_key}" if scope_key else slo.name
 
 
 def _live_from(instance: AlertInstance) -> _Live:
@@ -328,7 +323,9 @@ class AlertEngine:
         (held, then resolved once forgotten)."""
         if not self.slo_rules or self._slo_counts is None:
             return
-        members = self._scope_members(now)
+        members = scope_members(
+            self._histories, self._slos, self._target_labels, now, stale_after_s=self._stale_after_s
+        )
         for slo in self._slos:
             for scope in slo_scopes(self._slo_counts, slo, now):
                 known = members.get((slo.name, scope.key))
@@ -342,22 +339,6 @@ class AlertEngine:
                     if not blind and any(known):
                         verdicts = self._evaluate_slo(rule, slo, scope, now)
                     self._apply_labelled(rule, target, base, verdicts, fps, now, out)
-
-    def _scope_members(self, now: float) -> dict[tuple[str, str], list[bool]]:
-        """Per (SLO, scope key): whether each of its targets is known now (up and fresh)."""
-        out: dict[tuple[str, str], list[bool]] = defaultdict(list)
-        for target, history in self._histories.items():
-            latest = history.latest
-            if latest is None:
-                continue
-            known = latest.up and not latest.unknown and now - latest.ts <= self._stale_after_s
-            labels = dict(self._target_labels(target)) if self._target_labels is not None else {}
-            if history.deployment:
-                labels.setdefault("deployment", history.deployment)
-            for slo in self._slos:
-                for scope in slo.scopes(labels):
-                    out[(slo.name, scope.key)].append(known)
-        return out
 
     def _evaluate_slo(
         self, rule: Rule[Any], slo: Slo, scope: Scope, now: float

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from alerts.model import AlertState
+from alerts.rules import build_rules
 from alerts.service import Service
-from config import parse_config
+from config import ConfigError, parse_config
 from tests.alerts import slo_scenario as scenario
 from tests.alerts.conftest import Clock
 from tests.alerts.slo_scenario import HOOK, Run, scope_of
@@ -225,3 +226,19 @@ def test_a_queueing_server_pages_its_deployment_with_the_reason_and_a_restart_ke
         again.stop()
         for server in servers.values():
             server.stop()
+
+
+def test_severity_comes_from_the_condition_and_misconfiguring_it_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"alerts\.rules\.ErrorBudgetBurn\.severity: expected one of page"):
+        build_rules({"ErrorBudgetBurn": {"severity": "critical"}})
+    with pytest.raises(ConfigError, match=r"alerts\.rules\.ErrorBudgetBurn\.ticket_severity"):
+        build_rules({"ErrorBudgetBurn": {"page_severity": "critical", "ticket_severity": "critical"}})
+    # An Alertmanager routing on critical/warning: rename the two severities.
+    run = Run(
+        tmp_path / "a.sqlite", config=scenario.config(page_severity="critical", ticket_severity="warning")
+    )
+    run.run(range(scenario.MINUTES + 1))
+    run.store.close()
+    assert ("critical", "deployment=east") in run.fired()
+    assert ("warning", "deployment=west") in run.fired()
+    assert not {scope for severity, scope in run.fired() if severity == "critical"} - {"deployment=east"}

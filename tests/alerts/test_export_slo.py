@@ -5,6 +5,7 @@ engine fires on the same numbers; the Sloth recordings read what the ledger coun
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,9 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.utils import floatToGoString
 
 from alerts.export import render_rules
 from collectors.prometheus.slo_rules import le_matcher, window_name
+from collectors.slo import E2E_BOUNDARIES_S, TPOT_BOUNDARIES_S, TTFT_BOUNDARIES_S
 from config import parse_config
 from tests.alerts import slo_scenario as scenario
 from tests.alerts.slo_scenario import Run
@@ -182,3 +185,19 @@ def test_every_sli_kind_and_the_recovery_fraction_export_valid_rules(tmp_path: P
     # The deployment an SLO's match fixes is its only scope: no per-deployment sum for e2e-60s.
     assert all('deployment!=""' not in r["expr"] for r in groups["specwatch-slo-e2e-60s"])
     assert "slo:sli_error:ratio_rate7d" in rules  # the period's recording
+
+
+def test_the_le_matcher_takes_every_spelling_of_its_boundary_and_no_other_bucket() -> None:
+    boundaries = sorted({*TTFT_BOUNDARIES_S, *TPOT_BOUNDARIES_S, *E2E_BOUNDARIES_S})
+
+    def spellings(b: float) -> set[str]:
+        # prometheus_client (Go float text), a Go exporter (shortest), OpenMetrics/Prometheus 3 ("1.0").
+        out = {floatToGoString(b), f"{b:g}", repr(float(b))}
+        return out | ({str(int(b)), f"{int(b)}.0"} if float(b).is_integer() else set())
+
+    for boundary in boundaries:
+        # The PromQL string literal unescaped (\\ → \), then matched fully anchored as Prometheus does.
+        pattern = re.compile(le_matcher(boundary).replace("\\\\", "\\"))
+        assert all(pattern.fullmatch(s) for s in spellings(boundary)), boundary
+        others = {s for b in boundaries if b != boundary for s in spellings(b)} | {"+Inf"}
+        assert not [s for s in others if pattern.fullmatch(s)], boundary
