@@ -19,8 +19,17 @@ from typing import Any
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.slo import REPORT_WINDOWS_S, build_slos
-from collectors.slo_report import Goodput, SloStatus, goodput, slo_statuses
+from collectors.slo_report import (
+    Goodput,
+    ProbeGoodput,
+    SloStatus,
+    goodput,
+    probe_goodput,
+    slo_statuses,
+    target_deployments,
+)
 from collectors.store.history import SqliteStore
+from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import Config, ConfigError, load_config
 
@@ -61,12 +70,14 @@ def status_record(status: SloStatus, firing: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def goodput_record(item: Goodput) -> dict[str, Any]:
+def goodput_record(item: Goodput, probes: ProbeGoodput | None = None) -> dict[str, Any]:
     return {
         "scope": item.scope.as_dict(),
         "goodput_rps": {"lower": _number(item.lower_rps, 4), "upper": _number(item.upper_rps, 4)},
         "slos": list(item.slos),
         "window_s": item.window_s,
+        # The active probes' own per-request goodput over the last hour (null without probes).
+        "probe_goodput": {"met": probes.met, "sent": probes.sent} if probes is not None else None,
     }
 
 
@@ -136,8 +147,15 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
         for status in statuses:
             firing = severities(status)
             print(json.dumps(status_record(status, firing)) if json_lines else _text(status, firing))
+        probes = ProbeStore(path, create=False)
+        try:
+            labels = {t.name: dict(t.labels) for t in config.targets}
+            frame = probes.read(now - 3600.0, now)
+            by_scope = {p.scope: p for p in probe_goodput(slos, frame, target_deployments(history), labels)}
+        finally:
+            probes.close()
         for item in goodput(counts, slos, now):
-            record = goodput_record(item)
+            record = goodput_record(item, by_scope.get(item.scope))
             if json_lines:
                 print(json.dumps(record))
             else:
@@ -147,7 +165,9 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
                     if bounds["lower"] is None
                     else f"{bounds['lower']:.2f}–{bounds['upper']:.2f} req/s"
                 )
-                print(f"goodput [{item.scope.words}] {shown} met {', '.join(item.slos)}")
+                probed = record["probe_goodput"]
+                probe_text = f"; probes {probed['met']} of {probed['sent']} met them" if probed else ""
+                print(f"goodput [{item.scope.words}] {shown} met {', '.join(item.slos)}{probe_text}")
     finally:
         counts.close()
         history.close()

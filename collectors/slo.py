@@ -17,8 +17,9 @@ rule ``ErrorBudgetBurn`` and the reports (``collectors.slo_report``) through the
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -213,27 +214,57 @@ def event_counts(
     server that exposes none of the SLI's families (or not the threshold's bucket)."""
     if previous is None:
         return None
+    return counter_for(sli)(values, previous)
+
+
+Counter = Callable[[Mapping[str, float], Mapping[str, float]], "EventCounts | None"]
+
+
+@functools.lru_cache(maxsize=256)
+def counter_for(sli: Sli) -> Counter:
+    """``event_counts`` of one SLI (given a previous scrape) with its sample names worked out once: a
+    source counting a fleet every scrape keeps these."""
     if sli.kind == "availability":
         requests, aborted = REQUESTS.samples[0], ABORTED.samples[0]
-        total = _delta(values, previous, requests)
-        if total is None:
-            return None
-        bad = _delta(values, previous, aborted)
-        bad = 0.0 if bad is None and aborted not in values else bad  # 0.4.1 and older: no abort counter
-        if bad is None:
-            return None
-        return EventCounts(max(total - min(bad, total), 0.0), total)
+
+        def availability(values: Mapping[str, float], previous: Mapping[str, float]) -> EventCounts | None:
+            total = _delta(values, previous, requests)
+            if total is None:
+                return None
+            bad = _delta(values, previous, aborted)
+            if bad is None:
+                if aborted in values:
+                    return None  # the abort counter went down: a restart
+                bad = 0.0  # 0.4.1 and older: no abort counter
+            return EventCounts(max(total - min(bad, total), 0.0), total)
+
+        return availability
     assert sli.threshold_s is not None
-    for family in sli.families:
-        count = f"sglang:{family.name}_count"
-        if count not in values:
-            continue
-        total = _delta(values, previous, count)
-        good = _delta(values, previous, bucket_sample(family, sli.threshold_s))
-        if total is None or good is None:
-            return None
-        return EventCounts(min(good, total), total)
-    return None
+    threshold_s = sli.threshold_s
+    keys = tuple(
+        (f"sglang:{family.name}_count", bucket_sample(family, threshold_s)) for family in sli.families
+    )
+
+    def latency(values: Mapping[str, float], previous: Mapping[str, float]) -> EventCounts | None:
+        # Inlined (no _delta calls): a thousand servers × every SLI, every scrape.
+        for count, bucket in keys:
+            total_now = values.get(count)
+            if total_now is None:
+                continue
+            total_before, good_now, good_before = (
+                previous.get(count),
+                values.get(bucket),
+                previous.get(bucket),
+            )
+            if total_before is None or good_now is None or good_before is None:
+                return None
+            if total_now < total_before or good_now < good_before:
+                return None  # a counter went down: a restart
+            total, good = total_now - total_before, good_now - good_before
+            return EventCounts(good if good < total else total, total)
+        return None
+
+    return latency
 
 
 def _delta(values: Mapping[str, float], previous: Mapping[str, float], name: str) -> float | None:

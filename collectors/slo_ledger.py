@@ -22,6 +22,7 @@ from collectors.store.slo_counts import MINUTE_S, TARGET_BUCKET_S, MinuteRow, Sl
 
 log = logging.getLogger(__name__)
 
+_NO_LABELS: Mapping[str, str] = {}
 MAX_UNSAVED_ROWS = 200_000  # increments kept while the store fails (bounded; counted when dropped)
 PRUNE_EVERY_S = 3600.0
 
@@ -105,6 +106,10 @@ class SloLedger:
         self._sums: dict[tuple[str, str], _Sums] = {}
         self._unsaved: dict[tuple[str, str, int], list[float]] = {}
         self._targets: dict[tuple[str, str, int], list[float]] = {}  # the open 5-minute buckets per target
+        # target → (its labels mapping, deployment, SLI key → (SLO name, scope keys) covering it).
+        self._scope_cache: dict[
+            str, tuple[Mapping[str, str], str, dict[str, list[tuple[str, tuple[str, ...]]]]]
+        ] = {}
         self._dropped = 0
         self._next_prune_ts = 0.0
         self.store_error: str | None = None
@@ -143,36 +148,54 @@ class SloLedger:
         if not self.slos:
             return
         with self._lock:
+            # One cycle's events summed per (SLO, scope, minute) first: a thousand servers make a few dozen
+            # additions to the running sums, not thousands.
+            cycle: dict[tuple[str, str, int], list[float]] = {}
+            targets = self._targets
             for snapshot in snapshots:
                 if not snapshot.slo_events:
                     continue
                 minute = int(snapshot.ts // MINUTE_S * MINUTE_S)
                 bucket = int(snapshot.ts // TARGET_BUCKET_S * TARGET_BUCKET_S)
-                counted = {key: (good, total) for key, good, total in snapshot.slo_events}
-                labels = self._target_labels(snapshot)
-                for slo in self.slos:
-                    found = counted.get(slo.sli.key)
-                    if found is None or found[1] <= 0:
+                covering = self._scopes_of(snapshot)
+                for sli_key, good, total in snapshot.slo_events:
+                    if total <= 0:
                         continue
-                    good, total = found
-                    scopes = slo.scopes(labels)
-                    for scope in scopes:
-                        self._sums.setdefault((slo.name, scope.key), _Sums()).add(minute, good, total)
-                        row = self._unsaved.setdefault((slo.name, scope.key, minute), [0.0, 0.0])
+                    for name, scope_keys in covering.get(sli_key, ()):
+                        for scope_key in scope_keys:
+                            row = cycle.setdefault((name, scope_key, minute), [0.0, 0.0])
+                            row[0] += good
+                            row[1] += total
+                        row = targets.setdefault((name, snapshot.target, bucket), [0.0, 0.0])
                         row[0] += good
                         row[1] += total
-                    if scopes:
-                        row = self._targets.setdefault((slo.name, snapshot.target, bucket), [0.0, 0.0])
-                        row[0] += good
-                        row[1] += total
+            for (name, scope_key, minute), (good, total) in cycle.items():
+                self._sums.setdefault((name, scope_key), _Sums()).add(minute, good, total)
+                row = self._unsaved.setdefault((name, scope_key, minute), [0.0, 0.0])
+                row[0] += good
+                row[1] += total
             self._flush(final=False)
             self._prune_if_due()
 
-    def _target_labels(self, snapshot: TargetSnapshot) -> Mapping[str, str]:
-        labels = dict(self._labels(snapshot.target)) if self._labels is not None else {}
+    def _scopes_of(self, snapshot: TargetSnapshot) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+        """SLI key → (SLO name, scope keys) of the SLOs covering a target. Cached per target while its
+        labels are the same mapping (the collector hands out one per configured target, replaced when the
+        targets change; the cache holds it, so its identity cannot be reused) and deployment."""
+        configured = self._labels(snapshot.target) if self._labels is not None else _NO_LABELS
+        cached = self._scope_cache.get(snapshot.target)
+        if cached is not None and cached[0] is configured and cached[1] == snapshot.deployment:
+            return cached[2]
+        labels = dict(configured)
         if snapshot.deployment:
             labels.setdefault("deployment", snapshot.deployment)
-        return labels
+        found: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        for slo in self.slos:
+            if scopes := slo.scopes(labels):
+                found.setdefault(slo.sli.key, []).append((slo.name, tuple(s.key for s in scopes)))
+        if len(self._scope_cache) > 100_000:  # targets come and go (targets_file): stay bounded
+            self._scope_cache.clear()
+        self._scope_cache[snapshot.target] = (configured, snapshot.deployment, found)
+        return found
 
     def _flush(self, *, final: bool) -> None:
         if self._store is None:

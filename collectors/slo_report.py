@@ -28,7 +28,10 @@ from collectors.slo_ledger import SloCounts
 from collectors.store.history import HistoryStore
 
 GOODPUT_WINDOW_S = 300.0
-BASELINE_MIN_S = 900.0  # a baseline stretch is at least a quarter hour
+# The attribution compares the last quarter hour with the latest quarter hour before it that did not burn:
+# long enough to average a few decode-log windows and requests, short enough that a burn which began twenty
+# minutes ago is compared with what came just before it.
+ATTRIBUTION_WINDOW_S = 900.0
 ATTRIBUTION_MAX_TARGETS = 20  # the servers read for an attribution: those with the most bad events
 
 
@@ -239,6 +242,59 @@ def goodput(counts: SloCounts, slos: Sequence[Slo], now: float) -> list[Goodput]
     return sorted(out, key=lambda g: (g.scope.key != "", g.scope.key))
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeGoodput:
+    """The active probes' own goodput in a scope: of the probe requests answered in the window, how many
+    met every latency SLO of the scope (per request, so no bounds are needed; probes sweep fixed context
+    lengths, so this is the served-from-1K-to-64K view, not the traffic's)."""
+
+    scope: Scope
+    met: int
+    sent: int
+    window_s: float
+
+
+_PROBE_COLUMNS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+
+
+def probe_goodput(
+    slos: Sequence[Slo],
+    probes: pd.DataFrame,
+    deployments: Mapping[str, str],
+    labels: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    window_s: float = 3600.0,
+) -> list[ProbeGoodput]:
+    """Per scope of the latency SLOs, from the probe rows of the last ``window_s`` (``ProbeStore.read``);
+    ``labels``: each target's configured labels (default: its deployment only)."""
+    answered = probes[probes["error"].isna()] if "error" in probes else probes
+    if answered.empty:
+        return []
+    rows: dict[str, list[bool]] = {}
+    for record in answered.to_dict("records"):
+        target = str(record["target"])
+        target_labels = dict((labels or {}).get(target, {}))
+        if deployments.get(target):
+            target_labels.setdefault("deployment", deployments[target])
+        met_by_scope: dict[str, bool] = {}
+        for slo in slos:
+            column = _PROBE_COLUMNS.get(slo.sli.kind)
+            if column is None or slo.sli.threshold_s is None:
+                continue
+            value = record.get(column)
+            if value is None or pd.isna(value):
+                continue
+            for scope in slo.scopes(target_labels):
+                ok = float(value) <= slo.sli.threshold_s
+                met_by_scope[scope.key] = met_by_scope.get(scope.key, True) and ok
+        for key, ok in met_by_scope.items():
+            rows.setdefault(key, []).append(ok)
+    return [
+        ProbeGoodput(Scope.from_key(key), sum(found), len(found), window_s)
+        for key, found in sorted(rows.items(), key=lambda item: (item[0] != "", item[0]))
+    ]
+
+
 # -- attribution ---------------------------------------------------------------------------------------------
 def baseline_span(
     counts: SloCounts, slo: Slo, scope: Scope, before_ts: float, length_s: float
@@ -265,16 +321,17 @@ def attribute(
     now: float,
     *,
     history: HistoryStore,
-    window_s: float = 3600.0,
+    window_s: float = ATTRIBUTION_WINDOW_S,
     deployments: Mapping[str, str] | None = None,
 ) -> Attribution:
-    """Which half of the fraction burned the budget over the last ``window_s``, against the last stretch of
-    the same scope that did not burn, on the servers that served the bad events (weighted by them)."""
+    """Which half of the fraction burned the budget over the last ``window_s``, against the latest stretch
+    as long of the same scope that did not burn, on the servers that served the bad events (weighted by
+    them)."""
     start = now - window_s
     burn = counts.counts(slo.name, scope.key, start, now + 1.0)
     if burn.bad <= 0:
-        return Attribution(None, "no bad events in the last hour: nothing burned")
-    span = baseline_span(counts, slo, scope, start, max(window_s, BASELINE_MIN_S))
+        return Attribution(None, f"no bad events in the last {_duration(window_s)}: nothing burned")
+    span = baseline_span(counts, slo, scope, start, window_s)
     if span is None:
         return Attribution(
             None, "no stretch of this scope's stored history that did not burn, to compare with"
@@ -406,11 +463,16 @@ def _split_availability(
     retracted = sum(rates) * window_s
     share = min(retracted / burn.bad, 1.0) if burn.bad > 0 else 0.0
     sentence = (
-        f"{burn.bad:.0f} requests aborted in the last hour; {retracted:.0f} retractions on the same servers: "
+        f"{burn.bad:.0f} requests aborted in {_duration(window_s)}; {retracted:.0f} retractions on the same "
+        "servers: "
         f"at most {share:.0%} of the aborts can follow a retraction (evicted under memory pressure), the "
         "rest are clients or errors"
     )
     return Attribution({"aborted": 1.0 - share, "retracted": share}, sentence, sentence)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
 
 
 def _tokens(count: float) -> str:

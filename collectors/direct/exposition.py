@@ -311,6 +311,18 @@ class _Reader:
         return read
 
 
+def _le_marks(le: str) -> tuple[bytes, ...]:
+    """``le="…"`` as exporters spell one boundary: Go/prometheus_client ("1.0", "0.04"), plain ("1"),
+    exponent ("1e+00", "1.000000e+00")."""
+    value = float(le)
+    mantissa, _, exponent = f"{value:e}".partition("e")
+    short = f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
+    spellings = {le, repr(value), f"{value:g}", f"{value:e}", short}
+    if value.is_integer():
+        spellings.add(f"{value:.1f}")
+    return tuple(f'le="{spelling}"'.encode() for spelling in sorted(spellings))
+
+
 def _bucket_le(raw: str | None) -> str | None:
     """A bucket's ``le`` in ``collectors.slo.format_le``'s spelling; None when it is no number."""
     try:
@@ -330,7 +342,8 @@ class _Plan:
 
     def __init__(self, lookup: Mapping[str, _Entry]) -> None:
         self.lookup = lookup
-        self.names = tuple(lookup)
+        # Bucket lines are not looked for by name (below).
+        self.names = tuple(name for name, entry in lookup.items() if entry[1] != "bucket")
         # Leftmost-longest: a kept name that is a prefix of another kept name yields to it on its lines.
         # Lines that start with neither a name, a comment nor a blank are found in the same pass (one pattern
         # per such first byte): the automaton stays at ~27 µs for the golden body, where numpy checking every
@@ -344,6 +357,17 @@ class _Plan:
         )
         self.eof = len(self.names)  # the index of "\n# EOF"; higher ones are bad line starts
         self.series: dict[str, _SeriesRead] = {}
+        # A histogram has a bucket line per boundary and series (156 in the golden body) and an SLO wants
+        # one boundary. Exporters write a series' buckets right before its _count line (prometheus_client,
+        # also multiprocess), so the wanted le is looked for with bytes.rfind between a series' _count line
+        # and the previous one's, in the spellings exporters write ("1.0", "1", "1e+00"): no other bucket
+        # line is visited. One bucket per _count line or the whole stretch is searched (``_read_buckets``).
+        self.bucket_of: dict[int, tuple[str, tuple[bytes, ...]]] = {}  # a _count's index → its bucket
+        for name, entry in lookup.items():
+            count = name.removesuffix("_bucket") + "_count"
+            if entry[1] == "bucket" and count in lookup:
+                marks = tuple(mark for _, le in entry[2] for mark in _le_marks(le))
+                self.bucket_of[self.names.index(count)] = (name, marks)
 
 
 _SIGNAL_PLAN = _Plan(_SIGNAL_LOOKUP)
@@ -396,6 +420,7 @@ def _read_fast(reader: _Reader, plan: _Plan, data: bytes) -> int | bool | None:
     if data and not data.startswith(b"#"):  # line 1 has no newline before it: read it as a line
         stop = data.find(b"\n")
         reader.line(data[: len(data) if stop < 0 else stop].decode(), 0)
+    counts: dict[int, list[int]] = {}  # a wanted histogram's _count lines (where each starts)
     for index, at, end in kept:
         delimiter = data[end] if end < len(data) else -1
         if delimiter not in _DELIMITERS:
@@ -405,7 +430,52 @@ def _read_fast(reader: _Reader, plan: _Plan, data: bytes) -> int | bool | None:
         stop = data.find(b"\n", end)
         name = names[index]
         reader.sample(data[at : len(data) if stop < 0 else stop].decode(), name, len(name), lookup[name], at)
+        if index in plan.bucket_of:
+            counts.setdefault(index, []).append(at)
+    for index, starts in counts.items():
+        _read_buckets(reader, plan, data, *plan.bucket_of[index], starts)
     return eof
+
+
+def _read_buckets(
+    reader: _Reader, plan: _Plan, data: bytes, name: str, marks: tuple[bytes, ...], counts: list[int]
+) -> None:
+    """The wanted bucket line of each series, looked for just before the series' _count line (``counts``:
+    where each starts); if that does not find exactly one per series (an exporter ordering lines
+    otherwise), every bucket line of the family is searched instead."""
+    entry = plan.lookup[name]
+    head = name.encode() + b"{"
+    read: set[int] = set()
+
+    def take(found: int, low: int, high: int) -> bool:
+        at = data.rfind(b"\n", low, found) + 1 or low
+        if at in read or not data.startswith(head, at):
+            return False
+        stop = data.find(b"\n", found, high)
+        read.add(at)
+        reader.sample(data[at : high if stop < 0 else stop].decode(), name, len(name), entry, at)
+        return True
+
+    low = 0
+    for start in counts:
+        for mark in marks:
+            found = data.rfind(mark, low, start)
+            if found >= 0 and take(found, low, start):
+                break
+        low = start
+    if len(read) == len(counts):
+        return
+    first, last = data.find(b"\n" + head), data.rfind(b"\n" + head)
+    if first < 0:
+        return
+    end = data.find(b"\n", last + 1)
+    end = len(data) if end < 0 else end
+    for mark in marks:
+        found = data.find(mark, first, end)
+        while found >= 0:
+            take(found, first + 1, end)
+            stop = data.find(b"\n", found, end)
+            found = data.find(mark, stop, end) if stop >= 0 else -1
 
 
 _FIRST_OK = frozenset(bytes([byte]) for byte in _LINE_START) | {b""}

@@ -24,7 +24,7 @@ from collectors.direct.scrape import METRICS_PATH, Fetcher, metrics_path, scrape
 from collectors.direct.server_info import fetch_recipe_async
 from collectors.errors import ScrapeError, ScrapeTimeout
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
-from collectors.slo import Sli, event_counts, missing_reason
+from collectors.slo import Sli, counter_for, missing_reason
 from config import ScrapeSettings, Target
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ class DirectSource:
         are counted per scrape (``TargetSnapshot.slo_events``): their buckets and counters are read too."""
         self._settings = settings
         self._slis = tuple(slis)
+        self._counters = tuple((sli, sli.key, counter_for(sli)) for sli in self._slis)
         extra = {name: kind for sli in self._slis for name, kind in sli.samples().items()}
         self._slo_keys = tuple(extra)
         self._plan = sample_plan(extra)
@@ -219,12 +220,12 @@ class DirectSource:
         state.slo_values = {name: values[name] for name in self._slo_keys if name in values}
         counted: list[tuple[str, float, float]] = []
         problems: list[str] = []
-        for sli in self._slis:
-            counts = event_counts(sli, values, previous)
+        for sli, key, count in self._counters:
+            counts = count(values, previous) if previous is not None else None
             if counts is not None:
-                counted.append((sli.key, counts.good, counts.total))
+                counted.append((key, counts.good, counts.total))
             elif (reason := missing_reason(sli, values)) is not None:
-                problems.append(f"SLI {sli.key} unknown: {reason}")
+                problems.append(f"SLI {key} unknown: {reason}")
         return tuple(counted), problems
 
     async def _refresh_recipe(self, state: _TargetState, deadline: float) -> None:

@@ -15,9 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.service import Service
 from alerts.slo_cli import run as run_slo_cli
 from collectors.direct.exposition import parse_exposition, sample_plan
+from collectors.probes.prober import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
 from collectors.slo_ledger import SloLedger
-from collectors.slo_report import attribute, goodput, slo_status
+from collectors.slo_report import attribute, goodput, probe_goodput, slo_status
+from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import ConfigError, parse_config
 from tests.collectors.mechanism_server import MechanismServer, accept_length, step_latency_s
@@ -411,3 +413,54 @@ def test_a_ledger_without_a_store_counts_in_memory_only() -> None:
     ledger = SloLedger([slo], None, clock=Clock())
     assert ledger.counts(slo.name, "", T0 - 60, T0 + 60) == EventCounts()
     assert kept_samples([slo]) == slo.sli.samples()
+
+
+def _body(order: str, le_one: str) -> str:
+    """A TTFT histogram of two series in SGLang's naming, its lines in ``order``."""
+    series = {"true": (7.0, 10.0), "false": (2.0, 5.0)}
+    buckets = {
+        s: [
+            f'sglang:time_to_first_token_seconds_bucket{{is_streaming="{s}",le="{le}"}} {value}'
+            for le, value in (("0.8", good - 1), (le_one, good), ("+Inf", total))
+        ]
+        for s, (good, total) in series.items()
+    }
+    counts = {
+        s: f'sglang:time_to_first_token_seconds_count{{is_streaming="{s}"}} {t}'
+        for s, (_, t) in series.items()
+    }
+    if order == "per series":  # prometheus_client: each series' buckets right before its _count
+        lines = [*buckets["true"], counts["true"], *buckets["false"], counts["false"]]
+    else:  # every bucket first, then the counts: the search falls back to the whole stretch
+        lines = [*buckets["true"], *buckets["false"], counts["true"], counts["false"]]
+    return "\n".join(["sglang:num_running_reqs 3", *lines, ""])
+
+
+@pytest.mark.parametrize("order", ["per series", "buckets first"])
+@pytest.mark.parametrize("le_one", ["1.0", "1", "1e+00"])
+def test_the_wanted_bucket_is_summed_over_series_in_any_line_order_and_spelling(
+    order: str, le_one: str
+) -> None:
+    sli = Sli("ttft", 1.0)
+    values = parse_exposition(_body(order, le_one), plan=sample_plan(sli.samples())).values
+    assert values["sglang:time_to_first_token_seconds_bucket{le=1}"] == 9.0
+    assert values["sglang:time_to_first_token_seconds_count"] == 15.0
+
+
+def test_probe_goodput_counts_the_probe_requests_that_met_every_latency_slo(tmp_path: Path) -> None:
+    slos = build_slos(parse_config({"slos": [TTFT_1S, TPOT_40MS, AVAILABILITY]}, "t"))
+    store = ProbeStore(str(tmp_path / "history.sqlite"))
+    store.append(
+        [
+            ProbeResult(T0, "east-a", "r-1", 1024, ttft_s=0.3, tpot_s=0.012),  # met both
+            ProbeResult(T0, "east-a", "r-1", 65536, ttft_s=0.9, tpot_s=0.055),  # TPOT missed at 64K
+            ProbeResult(T0, "west-a", "r-1", 1024, ttft_s=1.4, tpot_s=0.011),  # TTFT missed
+            ProbeResult(T0, "west-a", "r-1", 8192, error="skipped: 3 requests queued"),  # not sent
+        ]
+    )
+    frame = store.read(T0 - 10, T0 + 10)
+    store.close()
+    found = {
+        p.scope.key: (p.met, p.sent) for p in probe_goodput(slos, frame, {"east-a": "east", "west-a": "west"})
+    }
+    assert found == {"": (1, 3), "deployment=east": (1, 2), "deployment=west": (0, 1)}

@@ -1,0 +1,139 @@
+"""SLO benchmark: what SLOs add to a collector cycle at 1,000 servers × 4 SLOs × 11 scopes.
+
+In one process, on the golden SGLang body, no HTTP (the fetch is the same with or without SLOs, so leaving
+it out makes the baseline smaller and the shares larger than in a real cycle): the cycle's own work — read
+every body, derive the signals, append the snapshots to a real SQLite store — against
+
+- the arithmetic: each SLI's events counted from two scrapes' samples, the ledger's per-scope sums and its
+  SQLite writes, every burn condition of every SLO and scope evaluated (what ErrorBudgetBurn asks each
+  cycle). Target: < 5 % of the cycle;
+- the wider read: the same bodies read with the SLIs' buckets and counters kept (7 to 14 more lines a body).
+
+CPU time of this thread (``time.thread_time``), best of ``ROUNDS``, ratios in the same run.
+``SPECWATCH_BENCH_SERVERS`` overrides the fleet size.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from collectors.direct.derive import derive_signals
+from collectors.direct.exposition import parse_exposition, sample_plan
+from collectors.model import TargetSnapshot
+from collectors.slo import Scope, build_slos, counter_for, kept_samples, slis
+from collectors.slo_ledger import SloLedger
+from collectors.slo_report import burn_checks
+from collectors.store.history import SqliteStore
+from collectors.store.slo_counts import SloCountStore
+from config import parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
+ROUNDS = 9
+DEPLOYMENTS = 10
+TARGET_SHARE = 0.05
+SLOS = [
+    {"name": "ttft-1s", "sli": {"kind": "ttft", "threshold_s": 1}, "objective": 0.99},
+    {"name": "tpot-40ms", "sli": {"kind": "tpot", "threshold_s": 0.04}, "objective": 0.99},
+    {"name": "e2e-60s", "sli": {"kind": "e2e", "threshold_s": 60}, "objective": 0.995},
+    {"name": "availability", "sli": {"kind": "availability"}, "objective": 0.999},
+]
+
+
+def _best(rounds: int, fn: Callable[[int], None]) -> float:
+    best = float("inf")
+    for index in range(rounds):
+        started = time.thread_time()
+        fn(index)
+        best = min(best, time.thread_time() - started)
+    return best
+
+
+def main() -> dict[str, object]:
+    servers = int(os.environ.get("SPECWATCH_BENCH_SERVERS", "1000"))
+    body = GOLDEN.read_bytes()
+    slos = build_slos(parse_config({"slos": SLOS}, "bench"))
+    plan = sample_plan(kept_samples(slos))
+    counters = [(sli.key, counter_for(sli)) for sli in slis(slos)]  # as the direct source keeps them
+    names = [f"k3-{n:04d}" for n in range(servers)]
+    deployment = {name: f"d{n % DEPLOYMENTS}" for n, name in enumerate(names)}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStore(Path(tmp) / "history.sqlite")
+        counts_store = SloCountStore(str(Path(tmp) / "history.sqlite"))
+        clock = {"now": 1_800_000_000.0}
+        ledger = SloLedger(slos, counts_store, clock=lambda: clock["now"])
+        previous = {name: parse_exposition(body, plan=plan).values for name in names[:1]}
+        before = {k: v * 0.99 for k, v in previous[names[0]].items()}
+
+        bodies = {name: body for name in names}
+        parsed: dict[str, dict[str, float]] = {}
+
+        def cycle(index: int) -> None:
+            """The collector's own work per cycle without SLOs: read, derive, store."""
+            snapshots = []
+            ts = clock["now"] + index * 5.0
+            for name in names:
+                values = parse_exposition(bodies[name]).values
+                derived = derive_signals(values, ts, None)
+                snapshots.append(
+                    TargetSnapshot(name, ts, True, signals=derived.signals, deployment=deployment[name])
+                )
+            store.append(snapshots)
+
+        def read(index: int) -> None:
+            """The same reads with the SLIs' buckets and counters kept too."""
+            for name in names:
+                parsed[name] = dict(parse_exposition(bodies[name], plan=plan).values)
+
+        def plain_read(index: int) -> None:
+            for name in names:
+                parse_exposition(bodies[name])
+
+        def arithmetic(index: int) -> float:
+            """Each SLI's events counted, the ledger's sums and writes, every burn condition evaluated
+            (CPU s; building the snapshots, which a cycle does anyway, is not counted)."""
+            clock["now"] += 5.0
+            ts = clock["now"]
+            started = time.thread_time()
+            events = {
+                name: tuple(
+                    (key, found.good, found.total)
+                    for key, count in counters
+                    if (found := count(parsed[name], before)) is not None
+                )
+                for name in names
+            }
+            spent = time.thread_time() - started
+            snapshots = [
+                TargetSnapshot(name, ts, True, deployment=deployment[name], slo_events=events[name])
+                for name in names
+            ]
+            started = time.thread_time()
+            ledger.observe(snapshots)
+            for slo in slos:
+                for scope in [Scope(), *(Scope((("deployment", f"d{d}"),)) for d in range(DEPLOYMENTS))]:
+                    burn_checks(ledger, slo, scope, ts)
+            return spent + time.thread_time() - started
+
+        base_s = _best(ROUNDS, cycle)
+        read(0)
+        read_s = _best(ROUNDS, read) - _best(ROUNDS, plain_read)
+        arithmetic_s = min(arithmetic(index) for index in range(ROUNDS))
+        counts_store.close()
+        store.close()
+    return {
+        "servers": servers,
+        "slos": len(slos),
+        "scopes_per_slo": 1 + DEPLOYMENTS,
+        "cycle_cpu_s": round(base_s, 4),
+        "slo_arithmetic_cpu_s": round(arithmetic_s, 4),
+        "slo_arithmetic_share_of_cycle": round(arithmetic_s / base_s, 4),
+        "slo_read_added_cpu_s": round(read_s, 4),
+        "slo_read_share_of_cycle": round(read_s / base_s, 4),
+        "target_share": TARGET_SHARE,
+        "meets_target": arithmetic_s / base_s < TARGET_SHARE,
+    }
