@@ -5,6 +5,7 @@ state without notifying twice."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from alerts.model import AlertState
 from alerts.rules import build_rules
 from alerts.service import Service
+from alerts.slo_cli import run as run_slo_cli
 from config import ConfigError, parse_config
 from tests.alerts import slo_scenario as scenario
 from tests.alerts.conftest import Clock
@@ -176,7 +178,7 @@ def _service(path: Path, servers: dict[str, MechanismServer], clock: Clock) -> S
 
 
 def test_a_queueing_server_pages_its_deployment_with_the_reason_and_a_restart_keeps_it(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     servers = {name: MechanismServer(seed=n) for n, name in enumerate(("east-a", "east-b", "west-a"))}
     clock = Clock(scenario.T0)
@@ -184,10 +186,10 @@ def test_a_queueing_server_pages_its_deployment_with_the_reason_and_a_restart_ke
     service = _service(path, servers, clock)
     try:
         service.run_cycle()
-        # Two hours healthy (a scrape every 2 minutes: the baseline the attribution compares with), then
+        # 40 minutes healthy (a scrape every 2 minutes: the baseline the attribution compares with), then
         # east-a's queue grows for 20 minutes.
-        for step in range(80):
-            burning = step >= 60
+        for step in range(40):
+            burning = step >= 20
             step_s = 60 if burning else 120
             for name, server in servers.items():
                 slow = burning and name == "east-a"
@@ -200,11 +202,18 @@ def test_a_queueing_server_pages_its_deployment_with_the_reason_and_a_restart_ke
         assert "deployment=west" not in pages
         east = next(i for i in firing if i.severity == "page" and i.deployment == "east")
         # Which half of the fraction burned it: TTFT = queue + prefill, and only the queue grew.
-        assert re.search(r"Why: TTFT \d+ ms → \d+ ms: 100% queueing \(50 ms → \d+ ms\)", east.description)
+        why = r"Why: TTFT \d+ ms → [\d.]+ m?s: 100% queueing \(50 ms → [\d.]+ m?s\), 0% prefill"
+        assert re.search(why, east.description), east.description
         assert float(east.annotations_dict["attribution_queue"]) == pytest.approx(1.0, abs=0.05)
         notified = len(service.alert_store.deliveries(1000, receiver=HOOK))
     finally:
         service.stop()
+    # `specwatch slo --json` reads the firing severities from the alert store by the same labels.
+    assert run_slo_cli(service.config, json_lines=True, now=clock.now) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    alerts = {json.dumps(line["scope"]): line["alerts"] for line in lines if "slo" in line}
+    assert "page" in alerts['{"deployment": "east"}']
+    assert "page" not in alerts['{"deployment": "west"}']
     # A new process on the same store: the SLO counts and the alert states come back, nothing re-sent.
     again = _service(path, servers, clock)
     try:
