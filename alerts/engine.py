@@ -28,12 +28,16 @@ from alerts.model import (
 )
 from alerts.payloads import fingerprint, outbox_items
 from alerts.rules import Rule
+from alerts.scopes import scope_members, scope_target
 from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.secrets import safe_url
+from collectors.slo import Scope, Slo
+from collectors.slo_ledger import SloCounts
+from collectors.slo_report import slo_scopes
 from collectors.store.history import HistoryStore
 from config import DeliverySettings
 
@@ -116,14 +120,24 @@ class AlertEngine:
         recipes: Callable[[], Mapping[str, Recipe]] | None = None,
         on_notify: Callable[[], None] | None = None,
         delivery: DeliverySettings | None = None,
+        slos: Sequence[Slo] = (),
+        slo_counts: SloCounts | None = None,
+        target_labels: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         self._delivery = delivery if delivery is not None else DeliverySettings()
-        self.rules = [rule for rule in rules if rule.enabled and not rule.watches_source]
+        self.rules = [
+            rule for rule in rules if rule.enabled and not rule.watches_source and not rule.watches_slos
+        ]
         # SourceDown: evaluated once per evaluation from the source's health, never per target.
         self.source_rules = [rule for rule in rules if rule.enabled and rule.watches_source]
+        # ErrorBudgetBurn: once per evaluation per (SLO, scope) from the SLO counts (the ledger).
+        self.slo_rules = [rule for rule in rules if rule.enabled and rule.watches_slos]
+        self._slos = tuple(slos)
+        self._slo_counts = slo_counts
+        self._target_labels = target_labels
         self._source_health: Callable[[], SourceHealth | None] | None = None
         self._blind_since: float | None = None  # when the source last stopped answering
-        self._rules_by_name = {rule.name: rule for rule in self.rules + self.source_rules}
+        self._rules_by_name = {rule.name: rule for rule in self.rules + self.source_rules + self.slo_rules}
         self._store = store
         self._history_store = history
         # Receivers as the outbox names them: without user:password (the notifier posts to the real URL).
@@ -274,6 +288,7 @@ class AlertEngine:
                     verdicts = None if suspended else self._evaluate_rule(rule, history, now, recipes)
                     fps = existing.pop((rule.name, target), [])
                     self._apply(rule, history, verdicts, fps, now, transitions)
+            self._evaluate_scopes(existing, blind, now, transitions)
             for (rule_name, target), fps in existing.items():
                 for fp in fps:
                     self._leftover(self._live[fp], rule_name, target in gone, now, transitions)
@@ -294,6 +309,48 @@ class AlertEngine:
             fps = existing.pop((rule.name, target), [])
             labels = {"target": target, "source": health.source}
             self._apply_labelled(rule, target, labels, verdicts, fps, now, out)
+
+    def _evaluate_scopes(
+        self,
+        existing: dict[tuple[str, str], list[str]],
+        blind: bool,
+        now: float,
+        out: list[AlertTransition],
+    ) -> None:
+        """ErrorBudgetBurn (and any rule about an SLO): one evaluation per SLO and scope, labelled with the
+        SLO and the scope's labels. Unknown (NO_DATA: held, never resolved) while the source is blind or
+        every target of the scope is down or stale; a scope with no target left is handled as leftover
+        (held, then resolved once forgotten)."""
+        if not self.slo_rules or self._slo_counts is None:
+            return
+        members = scope_members(
+            self._histories, self._slos, self._target_labels, now, stale_after_s=self._stale_after_s
+        )
+        for slo in self._slos:
+            for scope in slo_scopes(self._slo_counts, slo, now):
+                known = members.get((slo.name, scope.key))
+                if not known:
+                    continue  # no target of the scope reports any more: its instances are left over
+                target = scope_target(slo, scope.key)
+                base = {"slo": slo.name, **scope.as_dict()}
+                for rule in self.slo_rules:
+                    fps = existing.pop((rule.name, target), [])
+                    verdicts = None
+                    if not blind and any(known):
+                        verdicts = self._evaluate_slo(rule, slo, scope, now)
+                    self._apply_labelled(rule, target, base, verdicts, fps, now, out)
+
+    def _evaluate_slo(
+        self, rule: Rule[Any], slo: Slo, scope: Scope, now: float
+    ) -> Sequence[Evaluation] | None:
+        assert self._slo_counts is not None
+        try:
+            return rule.evaluate_scope(slo, scope, self._slo_counts, now, self._history_store)
+        except Exception:
+            if rule.name not in self._failed_rules:
+                log.exception("rule %s failed on SLO %s; its alerts are suspended", rule.name, slo.name)
+                self._failed_rules.add(rule.name)
+            return None
 
     def _evaluate_rule(
         self, rule: Rule[Any], history: TargetHistory, now: float, recipes: Mapping[str, Recipe]

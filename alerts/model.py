@@ -13,7 +13,7 @@ from enum import StrEnum
 Pairs = tuple[tuple[str, str], ...]
 
 # The identifying labels every specwatch alert carries (Alertmanager groups, routes and silences on them).
-ALERT_LABELS: tuple[str, ...] = ("alertname", "target", "deployment", "recipe_id", "severity")
+ALERT_LABELS: tuple[str, ...] = ("alertname", "target", "deployment", "recipe_id", "severity", "slo")
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
 

@@ -74,6 +74,9 @@ class Service:
             retention_s=config.store.retention_h * 3600.0,
             external_url=external_url,
             delivery=settings.delivery,
+            slos=self.slos,
+            slo_counts=self.slo_ledger,
+            target_labels=lambda target: self.collector.target_labels(target),
         )
         self.notifier = notifier or Notifier.from_settings(
             self.alert_store,

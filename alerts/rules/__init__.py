@@ -12,6 +12,7 @@ from typing import Any
 from alerts.rules.accept_regression import AcceptLengthRegression
 from alerts.rules.acceptance_decay import AcceptanceDecayWithContext
 from alerts.rules.base import Rule, RuleSettings, SettingDoc, document_settings, parse_settings
+from alerts.rules.error_budget_burn import ErrorBudgetBurn
 from alerts.rules.kv_pool import KVPoolSaturation
 from alerts.rules.queue_backlog import QueueBacklog
 from alerts.rules.radix_waste import RadixCacheWaste
@@ -31,6 +32,7 @@ RULES: dict[str, type[Rule[Any]]] = {
         AcceptLengthRegression,
         RadixCacheWaste,
         SourceDown,
+        ErrorBudgetBurn,
     )
 }
 

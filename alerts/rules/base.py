@@ -19,6 +19,9 @@ from alerts.model import SEVERITIES, Condition, Evaluation
 from alerts.promql import Exported, PromQL
 from alerts.window import TargetHistory
 from collectors.model import Recipe, SourceHealth, TargetSnapshot
+from collectors.slo import Scope, Slo
+from collectors.slo_ledger import SloCounts
+from collectors.store.history import HistoryStore
 from config import ConfigError
 
 
@@ -202,6 +205,22 @@ class Rule(ABC, Generic[SettingsT]):
         self, health: SourceHealth, blind_since: float | None, now: float
     ) -> Sequence[Evaluation]:
         """Verdicts about the source itself (rules with ``watches_source``); [] for per-target rules."""
+        return []
+
+    @property
+    def watches_slos(self) -> bool:
+        """True for ErrorBudgetBurn: evaluated once per SLO and scope from the SLO counts, not per target."""
+        return False
+
+    def evaluate_scope(
+        self,
+        slo: Slo,
+        scope: Scope,
+        counts: SloCounts,
+        now: float,
+        history: HistoryStore | None,
+    ) -> Sequence[Evaluation]:
+        """Verdicts about one SLO in one scope (rules with ``watches_slos``); [] for per-target rules."""
         return []
 
     @abstractmethod

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from collectors.model import RECIPE_FLAGS
+from collectors.prometheus.grafana_slo import is_recorded, slo_rows
 from collectors.prometheus.queries import SignalQueries, recordings, signal_queries
 from collectors.prometheus.recipe_labels import LABEL_ALIASES
+from collectors.slo import Slo, build_slos
 from config.errors import ConfigError
 from config.settings import Config
 
@@ -271,8 +273,10 @@ def _table(builder: _Builder, panel_id: int, y: int) -> dict[str, Any]:
     }
 
 
-def dashboard(queries: SignalQueries, *, recipe_label: str = DEFAULT_RECIPE_LABEL) -> dict[str, Any]:
-    """The dashboard JSON (a mapping) for one fleet's selector and rate window."""
+def dashboard(
+    queries: SignalQueries, *, recipe_label: str = DEFAULT_RECIPE_LABEL, slos: Sequence[Slo] = ()
+) -> dict[str, Any]:
+    """The dashboard JSON (a mapping) for one fleet's selector and rate window, with a row per SLO."""
     builder = _Builder(queries, recipe_label)
     panels: list[dict[str, Any]] = []
     y = 0
@@ -286,6 +290,8 @@ def dashboard(queries: SignalQueries, *, recipe_label: str = DEFAULT_RECIPE_LABE
             panel_id += 1
         y += 8 * ((len(graphs) + 1) // 2)
     panels.append(_table(builder, panel_id, y))
+    slo_panels, panel_id, y = slo_rows(slos, panel_id + 1, y + 10)
+    panels += slo_panels
     return {
         "uid": UID,
         "title": "specwatch: SGLang speculative decoding",
@@ -334,7 +340,9 @@ def render_dashboard(
             "a recipe flag label: " + ", ".join(recipe_labels()),
             recipe_label,
         )
-    board = dashboard(signal_queries(config, source=source), recipe_label=recipe_label)
+    board = dashboard(
+        signal_queries(config, source=source), recipe_label=recipe_label, slos=build_slos(config, source)
+    )
     return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -362,9 +370,13 @@ def queries_of(board: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                 yield f"variable {variable.get('name')!r}", text
 
 
-def check_dashboard(board: Mapping[str, Any], queries: SignalQueries) -> list[str]:
+def check_dashboard(
+    board: Mapping[str, Any], queries: SignalQueries, slos: Sequence[Slo] | None = None
+) -> list[str]:
     """Problems in words: each query naming a recorded series the rules do not record, or an SGLang family
-    the catalogue does not read. An empty list means every query names only series that will exist."""
+    the catalogue does not read. An empty list means every query names only series that will exist.
+    ``slo:`` series are checked against the SLO groups of ``slos`` (None: anything Sloth's naming allows,
+    for a dashboard checked without its SLOs)."""
     recorded = {r.record for r in recordings(queries.rate_window_s)}
     read = set(_RAW.findall(" ".join(queries.signals().values()))) | {"num_running_reqs"}
     problems: list[str] = []
@@ -372,6 +384,8 @@ def check_dashboard(board: Mapping[str, Any], queries: SignalQueries) -> list[st
     for where, expr in queries_of(board):
         found_any = True
         for name in sorted(set(_RECORDED.findall(expr)) - recorded):
+            if name.startswith("slo:") and is_recorded(name, slos):
+                continue
             problems.append(f"{where} names {name}, which the recording rules do not record")
         for family in sorted(set(_RAW.findall(expr)) - read):
             problems.append(f"{where} names sglang:{family}, which the signal catalogue does not read")
