@@ -105,7 +105,9 @@ def _export_grafana(args: argparse.Namespace) -> int:
     if not isinstance(board, dict):
         print(f"{shown}: not a dashboard (a JSON object)", file=sys.stderr)
         return 1
-    problems = check_dashboard(board, signal_queries(config, source=source))
+    from collectors.slo import build_slos
+
+    problems = check_dashboard(board, signal_queries(config, source=source), build_slos(config, source))
     for problem in problems:
         print(f"{shown}: {problem}", file=sys.stderr)
     if not problems:
