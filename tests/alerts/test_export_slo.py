@@ -17,8 +17,8 @@ from prometheus_client.utils import floatToGoString
 
 from alerts.export import render_rules
 from collectors.prometheus.slo_rules import le_matcher, window_name
-from collectors.slo import E2E_BOUNDARIES_S, TPOT_BOUNDARIES_S, TTFT_BOUNDARIES_S
 from config import parse_config
+from config.settings import E2E_BOUNDARIES_S, TPOT_BOUNDARIES_S, TTFT_BOUNDARIES_S
 from tests.alerts import slo_scenario as scenario
 from tests.alerts.slo_scenario import Run
 
