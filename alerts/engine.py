@@ -28,7 +28,7 @@ from alerts.model import (
 )
 from alerts.payloads import fingerprint, outbox_items
 from alerts.rules import Rule
-from alerts.scopes import scope_members, scope_target
+from alerts.scopes import ScopeCache, scope_members, scope_target
 from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
@@ -135,6 +135,7 @@ class AlertEngine:
         self._slos = tuple(slos)
         self._slo_counts = slo_counts
         self._target_labels = target_labels
+        self._scope_cache: ScopeCache = {}  # each target's SLO scopes (alerts.scopes.scope_members)
         self._source_health: Callable[[], SourceHealth | None] | None = None
         self._blind_since: float | None = None  # when the source last stopped answering
         self._rules_by_name = {rule.name: rule for rule in self.rules + self.source_rules + self.slo_rules}
@@ -324,7 +325,12 @@ class AlertEngine:
         if not self.slo_rules or self._slo_counts is None:
             return
         members = scope_members(
-            self._histories, self._slos, self._target_labels, now, stale_after_s=self._stale_after_s
+            self._histories,
+            self._slos,
+            self._target_labels,
+            now,
+            stale_after_s=self._stale_after_s,
+            cache=self._scope_cache,
         )
         for slo in self._slos:
             for scope in slo_scopes(self._slo_counts, slo, now):

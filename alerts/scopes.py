@@ -16,6 +16,9 @@ def scope_target(slo: Slo, scope_key: str) -> str:
     return f"{slo.name} {scope_key}" if scope_key else slo.name
 
 
+ScopeCache = dict[str, tuple[Mapping[str, str], str, list[tuple[str, str]]]]
+
+
 def scope_members(
     histories: Mapping[str, TargetHistory],
     slos: Sequence[Slo],
@@ -23,19 +26,34 @@ def scope_members(
     now: float,
     *,
     stale_after_s: float,
+    cache: ScopeCache | None = None,
 ) -> dict[tuple[str, str], list[bool]]:
     """Per (SLO, scope key): whether each of its targets is known now (up, vouched for and fresh). A target's
-    labels are its configured ones plus its deployment, as the SLO ledger counts it."""
+    labels are its configured ones plus its deployment, as the SLO ledger counts it. ``cache`` keeps each
+    target's (SLO, scope key) pairs while its labels are the same mapping (the collector hands out one per
+    configured target; the cache holds it, so its identity cannot be reused) and deployment: 1,000 targets
+    × 4 SLOs every evaluation otherwise."""
     out: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    cache = {} if cache is None else cache
+    if len(cache) > 2 * len(histories) + 100:  # targets that left the fleet
+        for gone in [t for t in cache if t not in histories]:
+            del cache[gone]
     for target, history in histories.items():
         latest = history.latest
         if latest is None:
             continue
         known = latest.up and not latest.unknown and now - latest.ts <= stale_after_s
-        labels = dict(target_labels(target)) if target_labels is not None else {}
-        if history.deployment:
-            labels.setdefault("deployment", history.deployment)
-        for slo in slos:
-            for scope in slo.scopes(labels):
-                out[(slo.name, scope.key)].append(known)
+        configured = target_labels(target) if target_labels is not None else _NO_LABELS
+        cached = cache.get(target)
+        if cached is None or cached[0] is not configured or cached[1] != history.deployment:
+            labels = dict(configured)
+            if history.deployment:
+                labels.setdefault("deployment", history.deployment)
+            pairs = [(slo.name, scope.key) for slo in slos for scope in slo.scopes(labels)]
+            cached = cache[target] = (configured, history.deployment, pairs)
+        for pair in cached[2]:
+            out[pair].append(known)
     return out
+
+
+_NO_LABELS: Mapping[str, str] = {}
