@@ -24,7 +24,7 @@ from collectors.store.history import HistoryStore
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
-from config import Config, ConfigError, Target, load_targets_file
+from config import Config, ConfigError, Target, check_no_clash, load_targets_file
 
 log = logging.getLogger(__name__)
 
@@ -270,9 +270,7 @@ class Collector:
             if load.error is not None:
                 raise load.error
             file_targets = load.targets
-            clash = sorted({t.name for t in file_targets} & {t.name for t in self._inline_targets})
-            if clash:
-                raise ConfigError(path, "name", "names not already used by the config's targets", clash)
+            check_no_clash(path, self._inline_targets, file_targets)
         except ConfigError as exc:
             self._targets_file_failed(exc)
             return
