@@ -108,10 +108,18 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
     info = {**SERVER_INFO, **{f"extra_flag_{i}": "x" * (i % 50) for i in range(10_000)}}
     info["internal_states"] = [{f"state_{i}": i for i in range(10_000)}]
     wide = FakeSGLang(info=info)
+    # And 10,000 keys deep: nested 100,000 levels (200 KB, far under the byte cap).
+    deep = FakeSGLang()
+    nested = b'{"version": "0.5.23", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    deep.routes["/server_info"] = lambda handler: send(handler, nested, content_type="application/json")
     try:
         assert len(json.dumps(info)) > 300_000
         document = config_for(
-            [{"name": "wide", "url": wide.url}, {"name": "k3", "url": healthy.url}],
+            [
+                {"name": "wide", "url": wide.url},
+                {"name": "deep", "url": deep.url},
+                {"name": "k3", "url": healthy.url},
+            ],
             tmp_path / "history.sqlite",
         )
         with Collector(parse_config(document), store) as collector:
@@ -121,13 +129,19 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
             recipe, plain = collector.recipe("wide"), collector.recipe("k3")
     finally:
         wide.stop()
+        deep.stop()
     assert elapsed_s < 1.0  # read and reduced in a fraction of the timeout
     assert snapshots["wide"].up and snapshots["wide"].error is None
     assert recipe is not None and plain is not None
     assert tuple(recipe.as_dict()) == RECIPE_FLAGS  # the 10,000 others are dropped at the door
     assert recipe.recipe_id == plain.recipe_id  # extra keys are not a different recipe
     assert list(store.recipes()) == [recipe.recipe_id]
-    assert samples_by_target(tmp_path / "history.sqlite") == {"wide": 1, "k3": 1}
+    # The deep one is up (its metrics are read), its recipe unknown, in words (was "internal error", down).
+    assert snapshots["deep"].up and snapshots["deep"].signals.running == 41.0
+    assert snapshots["deep"].error is not None
+    assert "recipe unknown: " in snapshots["deep"].error
+    assert "returned JSON nested too deeply" in snapshots["deep"].error
+    assert samples_by_target(tmp_path / "history.sqlite") == {"wide": 1, "deep": 1, "k3": 1}
 
 
 # -- 5,000 targets, two with one name ------------------------------------------------------------------------
