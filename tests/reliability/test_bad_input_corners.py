@@ -93,7 +93,8 @@ def test_a_body_streaming_forever_at_one_byte_a_second_is_cut_at_the_deadline(
                 assert trickle.error is not None
                 assert f"trickle: no complete answer from {slow.url}/metrics?… within 0.8 s" in trickle.error
                 assert "raise scrape.timeout_s" in trickle.error
-                assert snapshots["k3"].up and snapshots["k3"].error is None
+                assert snapshots["k3"].up
+                assert snapshots["k3"].error is None
             assert collector.health().cycles == cycles
     finally:
         slow.stop()
@@ -131,13 +132,16 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
         wide.stop()
         deep.stop()
     assert elapsed_s < 1.0  # read and reduced in a fraction of the timeout
-    assert snapshots["wide"].up and snapshots["wide"].error is None
-    assert recipe is not None and plain is not None
+    assert snapshots["wide"].up
+    assert snapshots["wide"].error is None
+    assert recipe is not None
+    assert plain is not None
     assert tuple(recipe.as_dict()) == RECIPE_FLAGS  # the 10,000 others are dropped at the door
     assert recipe.recipe_id == plain.recipe_id  # extra keys are not a different recipe
     assert list(store.recipes()) == [recipe.recipe_id]
     # The deep one is up (its metrics are read), its recipe unknown, in words (was "internal error", down).
-    assert snapshots["deep"].up and snapshots["deep"].signals.running == 41.0
+    assert snapshots["deep"].up
+    assert snapshots["deep"].signals.running == 41.0
     assert snapshots["deep"].error is not None
     assert "recipe unknown: " in snapshots["deep"].error
     assert "returned JSON nested too deeply" in snapshots["deep"].error
@@ -159,7 +163,8 @@ def test_five_thousand_targets_with_a_duplicate_name_name_both_positions(tmp_pat
     message = str(inline.value)
     assert message.startswith("fleet.yaml: targets: ")
     assert "targets[3] and targets[4017] are both named 'k3-3'" in message
-    assert "http://10.0.0.1:30000/3" in message and "http://10.0.0.1:30000/4017" in message
+    assert "http://10.0.0.1:30000/3" in message
+    assert "http://10.0.0.1:30000/4017" in message
     assert "{'" not in message  # not the whole document quoted back
 
     # Many duplicates: the first few, then how many more.
@@ -185,12 +190,15 @@ def test_five_thousand_targets_with_a_duplicate_name_name_both_positions(tmp_pat
 
     listed.write_text(yaml.safe_dump(fleet(5_000, "http://10.0.0.1:30000")), encoding="utf-8")
     config.write_text(
-        yaml.safe_dump({"targets": [{"name": "k3-4017", "url": "http://east:1"}], "targets_file": "targets.yaml"})
+        yaml.safe_dump(
+            {"targets": [{"name": "k3-4017", "url": "http://east:1"}], "targets_file": "targets.yaml"}
+        )
     )
     with pytest.raises(ConfigError) as clash:
         load_config(config)
     assert "k3-4017" in str(clash.value)
-    assert "targets[0]" in str(clash.value) and "[4017]" in str(clash.value)
+    assert "targets[0]" in str(clash.value)
+    assert "[4017]" in str(clash.value)
 
 
 # -- label values of 64 KiB ----------------------------------------------------------------------------------
@@ -244,7 +252,8 @@ def test_label_values_of_64_kib_are_read_and_bounded(
     assert snap.up
     plain = snapshots["k3"].signals
     assert (snap.signals.running, snap.signals.kv_usage) == (plain.running, plain.kv_usage) == (41.0, 0.2419)
-    assert snap.error is not None and "duplicate series sglang:num_running_reqs" in snap.error
+    assert snap.error is not None
+    assert "duplicate series sglang:num_running_reqs" in snap.error
     assert len(snap.error) < 1024  # the note quotes the series, not its 64 KiB label
     assert all(len(error or "") < 1024 for _, error in stored_errors(tmp_path / "history.sqlite"))
     assert samples_by_target(tmp_path / "history.sqlite") == {"wide": cycles, "k3": cycles}
@@ -321,7 +330,8 @@ def test_a_targets_file_rewritten_a_hundred_times_a_second_skips_no_cycle(
         for server in servers:
             server.stop()
     assert sum(writes.values()) > 150  # about 100 a second while the cycles ran
-    assert writes["half"] > 10 and writes["garbage"] > 10
+    assert writes["half"] > 10
+    assert writes["garbage"] > 10
     assert len(seen) >= 8
     assert set(seen) <= valid  # every cycle scraped one whole good list, never a half-read one
     assert health.cycles == len(seen) + len(final)  # no cycle skipped
