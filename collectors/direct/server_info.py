@@ -89,12 +89,9 @@ def parse_server_info(body: bytes) -> dict[str, Any]:
         raise BadServerInfo(_non_finite_message(body, exc.literal)) from None
     except UnicodeDecodeError:
         raise BadServerInfo("binary data, not JSON") from None
-    except (
-        RecursionError
-    ):  # [[[[…]]]] 100,000 deep fits the byte cap; it was an "internal error", target down
-        raise BadServerInfo(
-            "JSON nested too deeply (thousands of levels); SGLang's is a few levels"
-        ) from None
+    except RecursionError:
+        # [[[[…]]]] 100,000 deep fits the byte cap: it was an "internal error" marking the target down.
+        raise BadServerInfo("JSON nested too deeply (thousands of levels); SGLang's is a few") from None
     except json.JSONDecodeError as exc:
         if head.startswith(b"<"):
             raise BadServerInfo("an HTML page, not JSON") from None
