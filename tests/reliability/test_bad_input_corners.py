@@ -109,6 +109,8 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
     info = {**SERVER_INFO, **{f"extra_flag_{i}": "x" * (i % 50) for i in range(10_000)}}
     info["internal_states"] = [{f"state_{i}": i for i in range(10_000)}]
     wide = FakeSGLang(info=info)
+    # A known flag of 10,000 keys: kept, as a bounded text.
+    keyed = FakeSGLang(info={**SERVER_INFO, "served_model_name": {f"model_{i}": i for i in range(10_000)}})
     # And 10,000 keys deep: nested 100,000 levels (200 KB, far under the byte cap).
     deep = FakeSGLang()
     nested = b'{"version": "0.5.23", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
@@ -119,6 +121,7 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
             [
                 {"name": "wide", "url": wide.url},
                 {"name": "deep", "url": deep.url},
+                {"name": "keyed", "url": keyed.url},
                 {"name": "k3", "url": healthy.url},
             ],
             tmp_path / "history.sqlite",
@@ -128,9 +131,10 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
             snapshots = {s.target: s for s in collector.run_cycle()}
             elapsed_s = time.monotonic() - started
             recipe, plain = collector.recipe("wide"), collector.recipe("k3")
+            keyed_recipe = collector.recipe("keyed")
     finally:
-        wide.stop()
-        deep.stop()
+        for server in (wide, deep, keyed):
+            server.stop()
     assert elapsed_s < 1.0  # read and reduced in a fraction of the timeout
     assert snapshots["wide"].up
     assert snapshots["wide"].error is None
@@ -138,14 +142,20 @@ def test_a_server_info_of_ten_thousand_keys_keeps_only_the_known_flags(
     assert plain is not None
     assert tuple(recipe.as_dict()) == RECIPE_FLAGS  # the 10,000 others are dropped at the door
     assert recipe.recipe_id == plain.recipe_id  # extra keys are not a different recipe
-    assert list(store.recipes()) == [recipe.recipe_id]
+    assert keyed_recipe is not None
+    model = keyed_recipe.get("model")
+    assert isinstance(model, str)
+    assert model.startswith('{"model_0":0,"model_1":1,')
+    assert len(model) <= 1024
+    assert "characters, sha256 " in model
+    assert set(store.recipes()) == {recipe.recipe_id, keyed_recipe.recipe_id}
     # The deep one is up (its metrics are read), its recipe unknown, in words (was "internal error", down).
     assert snapshots["deep"].up
     assert snapshots["deep"].signals.running == 41.0
     assert snapshots["deep"].error is not None
     assert "recipe unknown: " in snapshots["deep"].error
     assert "returned JSON nested too deeply" in snapshots["deep"].error
-    assert samples_by_target(tmp_path / "history.sqlite") == {"wide": 1, "deep": 1, "k3": 1}
+    assert samples_by_target(tmp_path / "history.sqlite") == {"wide": 1, "deep": 1, "keyed": 1, "k3": 1}
 
 
 # -- 5,000 targets, two with one name ------------------------------------------------------------------------
