@@ -67,6 +67,9 @@ class ScrapeSettings(_Settings):
         return self
 
 
+LABEL_VALUE_MAX = 1024
+
+
 class Target(_Settings):
     name: str = Field(min_length=1, max_length=200, description="Unique name of the SGLang server.")
     url: str = Field(
@@ -82,6 +85,18 @@ class Target(_Settings):
     )
 
     _url = field_validator("url")(_check_http_url)
+
+    @field_validator("labels")
+    @classmethod
+    def _short_values(cls, labels: dict[str, str]) -> dict[str, str]:
+        # The deployment label is stored with every row and every label is shown on every page: a 64 KiB value
+        # (a pasted file?) would be 64 KiB a row. Refused at load, naming the label (issue 23).
+        for name, value in labels.items():
+            if len(value) > LABEL_VALUE_MAX:
+                raise ValueError(
+                    f"label values of at most {LABEL_VALUE_MAX} characters ({name} has {len(value)})"
+                )
+        return labels
 
     @property
     def deployment(self) -> str:

@@ -76,9 +76,15 @@ def test_a_body_streaming_forever_at_one_byte_a_second_is_cut_at_the_deadline(
     tmp_path: Path, store: SqliteStore, healthy: FakeSGLang
 ) -> None:
     slow = LoopbackServer({"/metrics": byte_a_second})
+    slow_info = FakeSGLang()  # its /metrics is fine, its /server_info trickles: the same deadline covers both
+    slow_info.routes["/server_info"] = byte_a_second
     try:
         document = config_for(
-            [{"name": "trickle", "url": slow.url}, {"name": "k3", "url": healthy.url}],
+            [
+                {"name": "trickle", "url": slow.url},
+                {"name": "info", "url": slow_info.url},
+                {"name": "k3", "url": healthy.url},
+            ],
             tmp_path / "history.sqlite",
         )
         document["scrape"] = {"interval_s": 1, "timeout_s": 0.8}
@@ -95,10 +101,18 @@ def test_a_body_streaming_forever_at_one_byte_a_second_is_cut_at_the_deadline(
                 assert "raise scrape.timeout_s" in trickle.error
                 assert snapshots["k3"].up
                 assert snapshots["k3"].error is None
+                info = snapshots["info"]
+                assert info.up  # its metrics were read; only its recipe is unknown
+                assert info.signals.running == 41.0
+                assert f"info: recipe unknown: no complete answer from {slow_info.url}/server_info" in (
+                    info.error or ""
+                )
             assert collector.health().cycles == cycles
     finally:
         slow.stop()
-    assert samples_by_target(tmp_path / "history.sqlite") == {"trickle": cycles, "k3": cycles}
+        slow_info.stop()
+    assert samples_by_target(tmp_path / "history.sqlite") == {"trickle": cycles, "info": cycles, "k3": cycles}
+    assert slow_info.hits("/server_info") == 1  # asked again after RECIPE_RETRY_S, not every cycle
     assert slow.bytes_sent <= cycles * 2  # about one byte per 0.8 s request: nothing else was waited for
 
 
@@ -163,7 +177,9 @@ def fleet(count: int, url: str) -> list[dict[str, object]]:
     return [{"name": f"k3-{i}", "url": f"{url}/{i}", "labels": {"deployment": "east"}} for i in range(count)]
 
 
-def test_five_thousand_targets_with_a_duplicate_name_name_both_positions(tmp_path: Path) -> None:
+def test_five_thousand_targets_with_a_duplicate_name_name_both_positions(
+    tmp_path: Path, store: SqliteStore
+) -> None:
     targets = fleet(5_000, "http://10.0.0.1:30000")
     targets[4017] = {**targets[4017], "name": "k3-3"}
     started = time.monotonic()
@@ -206,9 +222,25 @@ def test_five_thousand_targets_with_a_duplicate_name_name_both_positions(tmp_pat
     )
     with pytest.raises(ConfigError) as clash:
         load_config(config)
-    assert "k3-4017" in str(clash.value)
-    assert "targets[0]" in str(clash.value)
-    assert "[4017]" in str(clash.value)
+    assert "targets[0] and [4017] of the file are both named 'k3-4017'" in str(clash.value)
+
+    # A running collector's reload of a 5,000-target file (JSON: YAML's pure-Python reader takes ~1 s) that
+    # reuses an inline target's name: reported naming both, the previous targets kept.
+    listed = tmp_path / "targets.json"
+    listed.write_text(json.dumps(fleet(3, "http://127.0.0.1:9")), encoding="utf-8")
+    inline = [{"name": "k3-4017", "url": "http://127.0.0.1:9/east"}]
+    document = config_for(inline, tmp_path / "history.sqlite", targets_file=str(listed))
+    document["scrape"] = {"interval_s": 1, "timeout_s": 0.2}
+    with Collector(parse_config(document), store) as collector:
+        assert len(collector.run_cycle()) == 4
+        listed.write_text(json.dumps(fleet(5_000, "http://127.0.0.1:9")), encoding="utf-8")
+        started = time.monotonic()
+        assert len(collector.run_cycle()) == 4
+        assert time.monotonic() - started < 2.0
+        error = collector.health().config_error
+    assert error is not None
+    assert error.startswith(f"{listed}: name: expected names not already in targets")
+    assert "targets[0] and [4017] of the file are both named 'k3-4017'" in error
 
 
 # -- label values of 64 KiB ----------------------------------------------------------------------------------
@@ -269,6 +301,37 @@ def test_label_values_of_64_kib_are_read_and_bounded(
     assert samples_by_target(tmp_path / "history.sqlite") == {"wide": cycles, "k3": cycles}
     assert grown_mb < 50  # was +110 MB over 11 cycles and climbing ~10 MB a cycle (the label cache)
     assert cache_chars() < 1024 * 1024  # the label cache: heads this long are not kept
+
+
+def test_a_64_kib_label_value_in_the_config_is_refused_and_the_old_targets_stay(
+    tmp_path: Path, store: SqliteStore, healthy: FakeSGLang
+) -> None:
+    pasted = "x" * LONG_LABEL_BYTES
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"targets": [{"name": "k3", "url": healthy.url, "labels": {"deployment": pasted}}]})
+    assert "targets.0.labels: expected label values of at most 1024 characters (deployment has 65536)" in str(
+        caught.value
+    )
+    assert len(str(caught.value)) < 300
+    # The same label arriving in a targets_file reload: refused, the previous targets scraped, then it clears.
+    listed = tmp_path / "targets.json"
+    good = [{"name": "k3", "url": healthy.url, "labels": {"deployment": "east"}}]
+    listed.write_text(json.dumps(good), encoding="utf-8")
+    document = config_for([], tmp_path / "history.sqlite", targets_file=str(listed))
+    with Collector(parse_config(document), store) as collector:
+        collector.run_cycle()
+        listed.write_text(json.dumps([{**good[0], "labels": {"deployment": pasted}}]), encoding="utf-8")
+        (snap,) = collector.run_cycle()
+        error = collector.health().config_error
+        listed.write_text(json.dumps(good) + "\n", encoding="utf-8")
+        collector.run_cycle()
+        cleared = collector.health().config_error
+    assert snap.up
+    assert snap.deployment == "east"
+    assert error is not None
+    assert error.startswith(f"{listed}: 0.labels: expected label values of at most 1024 characters")
+    assert cleared is None
+    assert samples_by_target(tmp_path / "history.sqlite") == {"k3": 3}
 
 
 # -- a targets_file rewritten 100 times a second -------------------------------------------------------------
