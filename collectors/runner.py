@@ -57,7 +57,8 @@ def _file_signature(path: str) -> tuple[int, int, int, int] | None:
 
 
 def _racy(signature: tuple[int, int, int, int] | None) -> bool:
-    return signature is not None and time.time_ns() - signature[1] < _RACY_NS
+    # A ctime in the future (an NFS server's clock ahead of ours) is not racy, or it is re-read every cycle.
+    return signature is not None and 0 <= time.time_ns() - signature[1] < _RACY_NS
 
 
 class Collector:

@@ -29,6 +29,8 @@ from tests.collectors.servers import FakeSGLang, Handler, LoopbackServer, Route,
 from tests.reliability.harness import rss_mb, samples_by_target
 from tests.reliability.test_bad_input import config_for
 
+pytestmark = pytest.mark.slow  # each starts servers and runs cycles for seconds
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SqliteStore]:
