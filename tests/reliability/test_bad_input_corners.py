@@ -7,9 +7,11 @@ duplicate name, label values of 64 KiB, a targets_file rewritten 100 times a sec
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -47,8 +49,6 @@ def healthy() -> Iterator[FakeSGLang]:
 
 
 def stored_errors(path: Path) -> list[tuple[str, str | None]]:
-    import sqlite3
-
     with closing(sqlite3.connect(path)) as db:
         return list(db.execute("SELECT target, error FROM samples ORDER BY ts"))
 
@@ -65,7 +65,7 @@ def byte_a_second(handler: Handler) -> None:
     handler.wfile.flush()
     line = b'sglang:num_running_reqs{tp_rank="0"} 1.0\n'
     with suppress(OSError):
-        for index in range(10**9):
+        for index in itertools.count():
             handler.wfile.write(line[index % len(line) :][:1])
             handler.wfile.flush()
             with owner.lock:
