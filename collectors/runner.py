@@ -24,7 +24,7 @@ from collectors.store.history import HistoryStore
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
-from config import Config, ConfigError, Target, load_targets_file
+from config import Config, ConfigError, Target, check_no_clash, load_targets_file
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,25 @@ def describe_recipe_change(old: Recipe, new: Recipe) -> str:
     return f"{old.recipe_id} → {new.recipe_id}: " + ", ".join(new.changes_from(old))
 
 
-def _file_signature(path: str) -> tuple[int, int, int] | None:
+# A targets_file whose inode changed this recently is read again at the next cycle even if its signature did
+# not change: a save in the same clock tick as our stat (file times move in kernel ticks, 1-10 ms, before
+# Linux 6.13; NFS's can be coarser) with the same size would otherwise never be seen — "racy git"'s problem,
+# and its answer (issue 23, a file rewritten 100 times a second).
+_RACY_NS = 2_000_000_000
+
+
+def _file_signature(path: str) -> tuple[int, int, int, int] | None:
     try:
         stat = Path(path).stat()
     except OSError:
         return None
-    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    # ctime too: a rewrite that keeps the old mtime (rsync -t, cp -p, tar) still moves it; utime cannot.
+    return (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
+
+
+def _racy(signature: tuple[int, int, int, int] | None) -> bool:
+    # A ctime in the future (an NFS server's clock ahead of ours) is not racy, or it is re-read every cycle.
+    return signature is not None and 0 <= time.time_ns() - signature[1] < _RACY_NS
 
 
 class Collector:
@@ -70,11 +83,13 @@ class Collector:
         self._cycle_lock = threading.Lock()
 
         # Targets: the inline ones plus the targets_file, which is re-read when it changes.
-        self._file_sig: tuple[int, int, int] | None = None
+        self._file_sig: tuple[int, int, int, int] | None = None
+        self._file_racy = False
         self._file_load: TargetsFileLoad | None = None
         file_targets: tuple[Target, ...] = ()
         if config.targets_file:
             self._file_sig = _file_signature(config.targets_file)
+            self._file_racy = _racy(self._file_sig)
             file_targets = load_targets_file(config.targets_file)
         file_names = {t.name for t in file_targets}
         self._inline_targets = tuple(t for t in config.targets if t.name not in file_names)
@@ -251,9 +266,10 @@ class Collector:
             return
         if self._file_load is None:
             signature = _file_signature(path)
-            if signature == self._file_sig:
+            if signature == self._file_sig and not self._file_racy:
                 return
             self._file_sig = signature
+            self._file_racy = _racy(signature)
             self._file_load = TargetsFileLoad(path)
         # Read in its own thread: a slow or stuck file system costs the cycle at most this budget, and the
         # previous targets stay in force until a read completes.
@@ -270,9 +286,7 @@ class Collector:
             if load.error is not None:
                 raise load.error
             file_targets = load.targets
-            clash = sorted({t.name for t in file_targets} & {t.name for t in self._inline_targets})
-            if clash:
-                raise ConfigError(path, "name", "names not already used by the config's targets", clash)
+            check_no_clash(path, self._inline_targets, file_targets)
         except ConfigError as exc:
             self._targets_file_failed(exc)
             return

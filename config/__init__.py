@@ -5,7 +5,7 @@ raises ``ConfigError`` naming the file, the key, what was expected and what was 
 """
 
 from config.errors import ConfigError
-from config.loader import load_config, load_targets_file, parse_config
+from config.loader import check_no_clash, load_config, load_targets_file, parse_config
 from config.settings import (
     AlertSettings,
     BurnWindowSettings,
@@ -42,6 +42,7 @@ __all__ = [
     "SloSettings",
     "StoreSettings",
     "Target",
+    "check_no_clash",
     "load_config",
     "load_targets_file",
     "parse_config",

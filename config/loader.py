@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from config.errors import ConfigError
-from config.settings import Config, Target
+from config.settings import Config, Target, describe_duplicates
 
 _MAX_FILE_BYTES = 32 * 1024 * 1024
 
@@ -97,8 +96,15 @@ def _error_from_validation(source: str, exc: ValidationError) -> ConfigError:
         return ConfigError(source, key, "a known key", found, hint)
     if first["type"] == "missing":
         return ConfigError(source, key, "this required key", "nothing")
+    if first["type"] == "unique_names":  # settings.describe_duplicates: where both are, in the hint
+        return _duplicates(source, key, first["ctx"]["count"], first["ctx"]["detail"])
     expected = message.removeprefix("Value error, ").removeprefix("Input should be ")
     return ConfigError(source, key, expected, found)
+
+
+def _duplicates(source: str, key: str, count: int, detail: str) -> ConfigError:
+    found = f"{count} repeated name" + ("s" if count > 1 else "")
+    return ConfigError(source, key, "unique target names", found, f"{detail}; rename or remove one of each")
 
 
 def _validate(source: str, model: type[BaseModel] | TypeAdapter[Any], data: Any) -> Any:
@@ -132,10 +138,31 @@ def load_targets_file(path: str | Path) -> tuple[Target, ...]:
     if not isinstance(data, list):
         raise ConfigError(str(path), "", "a list of targets", type(data).__name__)
     targets: tuple[Target, ...] = _validate(str(path), _TARGETS, data)
-    repeated = sorted(n for n, count in Counter(t.name for t in targets).items() if count > 1)
-    if repeated:
-        raise ConfigError(str(path), "name", "unique target names", repeated)
+    repeated = describe_duplicates([(f"[{i}]", t) for i, t in enumerate(targets)])
+    if repeated is not None:
+        raise _duplicates(str(path), "name", *repeated)
     return targets
+
+
+def check_no_clash(source: str, inline: tuple[Target, ...], listed: tuple[Target, ...]) -> None:
+    """A ``ConfigError`` (naming both positions) when a targets_file reuses a name of the config's own
+    targets; ``listed`` is already free of repeats."""
+    names = {t.name for t in inline}
+    if not any(t.name in names for t in listed):
+        return
+    found = describe_duplicates(
+        [(f"targets[{i}]", t) for i, t in enumerate(inline)]
+        + [(f"[{j}] of the file", t) for j, t in enumerate(listed)]
+    )
+    assert found is not None
+    count, detail = found
+    raise ConfigError(
+        source,
+        "name",
+        "names not already in targets",
+        f"{count} name" + ("s" if count > 1 else "") + " used twice",
+        f"{detail}; rename or remove one of each",
+    )
 
 
 def load_config(path: str | Path) -> Config:
@@ -154,8 +181,6 @@ def load_config(path: str | Path) -> Config:
         config = config.model_copy(update=updates)
     if config.targets_file:
         extra = load_targets_file(config.targets_file)
-        clash = sorted({t.name for t in extra} & {t.name for t in config.targets})
-        if clash:
-            raise ConfigError(config.targets_file, "name", "names not already in targets:", clash)
+        check_no_clash(config.targets_file, config.targets, extra)
         config = config.model_copy(update={"targets": config.targets + extra})
     return config

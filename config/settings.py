@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class _Settings(BaseModel):
@@ -64,6 +67,9 @@ class ScrapeSettings(_Settings):
         return self
 
 
+LABEL_VALUE_MAX = 1024
+
+
 class Target(_Settings):
     name: str = Field(min_length=1, max_length=200, description="Unique name of the SGLang server.")
     url: str = Field(
@@ -80,9 +86,61 @@ class Target(_Settings):
 
     _url = field_validator("url")(_check_http_url)
 
+    @field_validator("labels")
+    @classmethod
+    def _short_values(cls, labels: dict[str, str]) -> dict[str, str]:
+        # The deployment label is stored with every row and every label is shown on every page: a 64 KiB value
+        # (a pasted file?) would be 64 KiB a row. Refused at load, naming the label (issue 23).
+        for name, value in labels.items():
+            if len(value) > LABEL_VALUE_MAX:
+                raise ValueError(
+                    f"label values of at most {LABEL_VALUE_MAX} characters ({name} has {len(value)})"
+                )
+        return labels
+
     @property
     def deployment(self) -> str:
         return self.labels.get("deployment", "")
+
+
+_DUPLICATES_SHOWN = 3
+
+
+def _shown_url(url: str) -> str:
+    """A target's URL as an error message may show it: no userinfo (a password), at most 100 characters."""
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        url = url.replace(netloc, netloc.rpartition("@")[2], 1)
+    return url if len(url) <= 100 else url[:100] + "…"
+
+
+def describe_duplicates(targets: Sequence[tuple[str, Target]]) -> tuple[int, str] | None:
+    """How many names repeat among ``targets`` (each with its position in words, e.g. ``targets[3]``) and a
+    sentence naming the first two holders of the first few, with their URLs; None when all are unique.
+
+    Issue 23: "repeated: k3-0" (or a whole document quoted back) left a 5,000-line file to be searched; the
+    positions say where both are."""
+    counts = Counter(target.name for _, target in targets)  # linear: 5,000 targets check in milliseconds
+    repeated = [name for name, count in counts.items() if count > 1]
+    if not repeated:
+        return None
+    wanted = set(repeated[:_DUPLICATES_SHOWN])
+    holders: dict[str, list[tuple[str, Target]]] = {}
+    for where, target in targets:
+        if target.name in wanted and len(found := holders.setdefault(target.name, [])) < 2:
+            found.append((where, target))
+    parts = [
+        f"{first} and {second} are both named {name!r} ({_shown_url(a.url)} and {_shown_url(b.url)})"
+        for name, [(first, a), (second, b)] in holders.items()
+    ]
+    if len(repeated) > _DUPLICATES_SHOWN:
+        parts.append(f"and {len(repeated) - _DUPLICATES_SHOWN} more repeated names")
+    return len(repeated), "; ".join(parts)
+
+
+def duplicate_error(count: int, detail: str) -> PydanticCustomError:
+    """The validation error of repeated names (``config.loader`` turns it into a ``ConfigError``)."""
+    return PydanticCustomError("unique_names", "{detail}", {"detail": detail, "count": count})
 
 
 class StoreSettings(_Settings):
@@ -428,12 +486,17 @@ class Config(_Settings):
         (), description="Service-level objectives: error budgets and burn-rate alerts (docs/slo.md)."
     )
 
+    @field_validator("targets")
+    @classmethod
+    def _unique_names(cls, targets: tuple[Target, ...]) -> tuple[Target, ...]:
+        # A field check (not in _consistent): the error is then at key "targets", not the whole document.
+        found = describe_duplicates([(f"targets[{i}]", t) for i, t in enumerate(targets)])
+        if found is not None:
+            raise duplicate_error(*found)
+        return targets
+
     @model_validator(mode="after")
     def _consistent(self) -> Config:
-        # Counted once (linear): a targets_file of thousands of servers loads in milliseconds.
-        duplicates = sorted(n for n, count in Counter(t.name for t in self.targets).items() if count > 1)
-        if duplicates:
-            raise ValueError(f"target names must be unique; repeated: {', '.join(duplicates)}")
         repeated = sorted(n for n, count in Counter(s.name for s in self.slos).items() if count > 1)
         if repeated:
             raise ValueError(f"SLO names must be unique; repeated: {', '.join(repeated)}")

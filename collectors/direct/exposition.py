@@ -106,6 +106,12 @@ def _quote(line: str, limit: int = 80) -> str:
     return repr(line if len(line) <= limit else line[:limit] + "…")
 
 
+def _clip(text: str, limit: int = 120) -> str:
+    """The server's words in a note, at most ``limit`` characters: a note becomes the target's error, stored
+    with every row (a 64 KiB label value quoted whole was 64 KiB a row, issue 23)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _decode(body: str | bytes) -> str:
     if isinstance(body, str):
         text = body
@@ -176,6 +182,10 @@ def count_samples(text: str, limit: int) -> int:
 # per plan, bounded, cleared when full.
 _SeriesRead = tuple[tuple[str, tuple[tuple[str, str], ...]] | None, int, str]
 LABEL_CACHE_MAX = 100_000
+# Heads longer than this are read every time, not cached: SGLang's are ~150 characters, and a cache bounded
+# in entries alone held 100,000 heads of 64 KiB label values (three copies each: ~19 GB) before it was
+# cleared (issue 23). Bounded in characters too: at most LABEL_CACHE_MAX × 3 × this.
+LABEL_CACHE_HEAD_MAX = 1024
 
 
 class _Reader:
@@ -257,7 +267,7 @@ class _Reader:
             value = float(tokens[0])
         except ValueError:
             raise BadExposition(
-                f"line {self.line_no(at)}: value {tokens[0]!r} is not a number: {_quote(line)}"
+                f"line {self.line_no(at)}: value {_clip(tokens[0], 40)!r} is not a number: {_quote(line)}"
             ) from None
         if key is None:
             return
@@ -265,7 +275,9 @@ class _Reader:
         previous_raw = self.seen.get(key)
         if previous_raw is not None:
             if previous_raw == raw_labels:
-                self.note(f"duplicate series {name}{raw_labels} on line {self.line_no(at)} (kept the first)")
+                self.note(
+                    f"duplicate series {name}{_clip(raw_labels)} on line {self.line_no(at)} (kept the first)"
+                )
             return
         self.seen[key] = raw_labels
 
@@ -274,7 +286,7 @@ class _Reader:
         if not math.isfinite(value) or (entry[1] != "gauge" and value < 0):
             self.poisoned.add(canonical)
             self.values.pop(canonical, None)
-            self.note(f"{name} is {tokens[0]} on line {self.line_no(at)}; treated as unknown")
+            self.note(f"{name} is {_clip(tokens[0], 40)} on line {self.line_no(at)}; treated as unknown")
         elif entry[1] == "gauge":
             self.values.setdefault(canonical, value)
         else:
@@ -304,7 +316,8 @@ class _Reader:
             # The key leaves out pid: multiprocess "all" gauges add one; it never identifies another series.
             key = (canonical, tuple(sorted((k, v) for k, v in labels.items() if k != "pid")))
         read = (key, pos, line[end:pos])
-        if pos == close:  # a "}" after the block (in a timestamp?) would make the head wrong: not cached
+        # A "}" after the block (in a timestamp?) would make the head wrong: not cached; nor an outsized one.
+        if pos == close and close <= LABEL_CACHE_HEAD_MAX:
             if len(self.series) >= LABEL_CACHE_MAX:
                 self.series.clear()
             self.series[line[:close]] = read

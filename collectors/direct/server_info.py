@@ -7,6 +7,7 @@ else ``model_path``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -29,11 +30,21 @@ _SOURCES: dict[str, tuple[str, ...]] = {
 _IDENTIFYING = ("version", "model_path", "served_model_name", "tp_size", "speculative_algorithm")
 
 
+FLAG_TEXT_MAX = 1024  # characters of one flag's text kept in the recipe
+
+
 def _flag_value(value: Any) -> FlagValue:
-    if value is None or isinstance(value, str | bool | int | float):
+    if value is None or isinstance(value, bool | int | float):
         return value
     # A list or dict flag (rare): a compact, stable text form keeps the recipe id deterministic.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if len(text) <= FLAG_TEXT_MAX:
+        return text
+    # A flag of 10,000 keys (or a 64 KiB path) is stored with the recipe and shown on the Server page: its
+    # start and a digest of the whole, still stable (same value, same recipe id) and still told apart from
+    # another long value (issue 23).
+    digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:12]
+    return f"{text[: FLAG_TEXT_MAX - 80]}… ({len(text)} characters, sha256 {digest})"
 
 
 def recipe_from_server_info(info: Mapping[str, Any]) -> Recipe:
@@ -89,6 +100,9 @@ def parse_server_info(body: bytes) -> dict[str, Any]:
         raise BadServerInfo(_non_finite_message(body, exc.literal)) from None
     except UnicodeDecodeError:
         raise BadServerInfo("binary data, not JSON") from None
+    except RecursionError:
+        # [[[[…]]]] 100,000 deep fits the byte cap: it was an "internal error" marking the target down.
+        raise BadServerInfo("JSON nested too deeply (thousands of levels); SGLang's is a few") from None
     except json.JSONDecodeError as exc:
         if head.startswith(b"<"):
             raise BadServerInfo("an HTML page, not JSON") from None

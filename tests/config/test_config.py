@@ -59,7 +59,11 @@ BAD_FILES = [
     ("scrape: {concurrency: 0}\n", "scrape.concurrency", "found 0"),
     ("targets: [{name: a, url: 10.0.0.5:30000}]\n", "targets.0.url", "an http:// or https:// URL"),
     ("targets: [{name: a}]\n", "targets.0.url", "expected this required key, found 'nothing'"),
-    ("targets: [{name: a, url: 'http://x'}, {name: a, url: 'http://y'}]\n", "(top level)", "repeated: a"),
+    (
+        "targets: [{name: a, url: 'http://x'}, {name: a, url: 'http://y'}]\n",
+        "targets",
+        "targets[0] and targets[1] are both named 'a' (http://x and http://y)",
+    ),
     ("source: kafka\n", "source", "found 'kafka'"),
     ("source: prometheus\n", "(top level)", "needs a prometheus: {url: ...} section"),
     ("store: {retention_h: -1}\n", "store.retention_h", "found -1"),
