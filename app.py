@@ -71,6 +71,8 @@ class Runtime:
     stoppers: list[Callable[[], None]] = field(default_factory=list)
     health: Callable[[], CollectorHealth] | None = None  # the running collector's, for the sidebar
     history_note: str = ""  # while synthesised history is being written: how far it got
+    # Called once the synthesised history is written: the live SLO ledger rebuilds its sums with it.
+    history_written: Callable[[], object] | None = None
     _stopped: bool = False
 
     def stop(self) -> None:
@@ -158,6 +160,8 @@ def _fill_history_in_background(config: Config, sim: SimSettings, runtime: Runti
         try:
             write_sim_history(path, sim, end_ts, stop=stop, progress=progress, slos=slos)
             runtime.history_note = ""
+            if runtime.history_written is not None:
+                runtime.history_written()
         except Exception as exc:  # the live fleet and collector go on without the synthesised past
             log.exception("writing simulated history failed")
             runtime.history_note = f"simulated history stopped: {type(exc).__name__}: {exc}"
@@ -190,6 +194,7 @@ def _start_collector(config: Config, runtime: Runtime) -> str:
     service = Service(config, external_url=_external_url()).start()
     runtime.stoppers.append(service.stop)
     runtime.health = service.collector.health
+    runtime.history_written = service.slo_ledger.reload  # the demo's day, once written, counts in its burns
     return f"collector + alert engine in this process · {len(config.targets)} target(s)"
 
 

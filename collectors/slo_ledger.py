@@ -139,6 +139,17 @@ class SloLedger:
                     log.warning("SLO history not restored (budgets start from now): %s", exc)
         return read
 
+    def reload(self) -> int:
+        """Rebuild the sums from the store after another writer added to it (the demo's synthesised day,
+        written beside the live collector): what this ledger counted is in the store too, so nothing is
+        lost or counted twice. Returns the minutes read."""
+        with self._lock:
+            self._flush(final=True)
+            if self._unsaved:
+                return 0  # the store is failing: keep the sums we have
+            self._sums.clear()
+        return self.restore()
+
     def close(self) -> None:
         """Write what is still open (the current 5-minute target buckets)."""
         with self._lock:

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.service import Service
 from alerts.slo_cli import run as run_slo_cli
 from collectors.direct.exposition import parse_exposition, sample_plan
+from collectors.model import TargetSnapshot
 from collectors.probes.prober import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
 from collectors.slo_ledger import SloBackfill, SloLedger
@@ -509,3 +510,20 @@ def test_a_backfill_counts_bodies_as_the_live_collector_does(tmp_path: Path) -> 
     finally:
         store.close()
         server.stop()
+
+
+def test_a_reload_takes_in_a_past_written_beside_the_live_ledger_without_counting_twice(
+    tmp_path: Path,
+) -> None:
+    (slo,) = build_slos(parse_config({"slos": [TTFT_1S]}, "t"))
+    clock = Clock(T0 + 7200)
+    store = SloCountStore(str(tmp_path / "history.sqlite"))
+    live = SloLedger([slo], store, clock=clock)
+    live.observe([TargetSnapshot("a", T0 + 7200, True, slo_events=(("ttft_le_1", 8.0, 10.0),))])
+    past = SloLedger([slo], store, clock=clock, keep_sums=False)  # the demo's day, written meanwhile
+    past.observe([TargetSnapshot("a", T0 + 60, True, slo_events=(("ttft_le_1", 1.0, 5.0),))])
+    assert live.counts(slo.name, "", T0, T0 + 7261) == EventCounts(8.0, 10.0)  # not seen yet
+    live.reload()
+    assert live.counts(slo.name, "", T0, T0 + 7261) == EventCounts(9.0, 15.0)
+    assert store.counts(slo.name, "", T0, T0 + 7261) == EventCounts(9.0, 15.0)
+    store.close()

@@ -129,7 +129,7 @@ def test_slo_page_whole_fleet_numbers(slo_case: SloCase) -> None:
         f"TPOT 12 → 40 ms: {step_share:.0%} step latency \\(context 2.0K → 58K\\), "
         f"{1 - step_share:.0%} accept length \\(2.50 → 1.50\\)"
     )
-    assert f"**Why it burned (last hour):** {sentence}" in markdown(at)
+    assert f"**Why it burned (last 15 min):** {sentence}" in markdown(at)
 
 
 def test_slo_page_goodput_worst_servers_and_burn_down(slo_case: SloCase) -> None:

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from collectors.slo import Slo, build_slos
-from collectors.slo_report import Goodput, SloStatus
+from collectors.slo_report import ATTRIBUTION_WINDOW_S, Goodput, SloStatus
 from config import ConfigError
 from views import blocks, data, formatting, links, slo_frames, time_charts
 from views.page_context import PageContext
@@ -185,7 +185,9 @@ def _detail(ctx: PageContext, status: SloStatus, firing: list[str] | None, goodp
         f"Attainment and budget {slo_frames.coverage_words(status)}: {status.period.total:,.0f} events, "
         f"{status.period.bad:,.0f} bad · burning now: {', '.join(status.burning) or 'no condition holds'}."
     )
-    st.markdown(f"**Why it burned (last hour):** {formatting.plain(slo_frames.attribution_words(status))}")
+    window = slo_frames.duration_words(ATTRIBUTION_WINDOW_S)
+    words = formatting.plain(slo_frames.attribution_words(status))
+    st.markdown(f"**Why it burned (last {window}):** {words}")
     st.markdown(slo_frames.goodput_words(goodput))
     rates, conditions = st.columns([2, 3])
     with rates:
@@ -215,10 +217,10 @@ def _worst(status: SloStatus) -> None:
     if not status.worst_targets:
         if not status.burn_rates.get("1h"):
             st.caption("No server served a bad event in the last hour.")
-        else:  # the collector stores a server's counts when its 5-minute bucket closes
+        else:  # the collector writes the servers' own counts once a minute
             st.caption(
-                "Bad events in the last hour, but no server's own counts stored yet: they are written when "
-                "their 5-minute bucket closes."
+                "Bad events in the last hour, but no server's own counts stored yet: they are written once a "
+                "minute."
             )
         return
     st.dataframe(
@@ -229,7 +231,7 @@ def _worst(status: SloStatus) -> None:
         width="stretch",
         key="slo_worst",
     )
-    st.caption("Per-server counts up to the last closed 5-minute bucket.")
+    st.caption("Per-server counts are written once a minute.")
     cells = st.columns(min(len(status.worst_targets), 5))
     for cell, (target, _) in zip(cells, status.worst_targets, strict=False):
         with cell:
