@@ -16,7 +16,7 @@ def scope_target(slo: Slo, scope_key: str) -> str:
     return f"{slo.name} {scope_key}" if scope_key else slo.name
 
 
-ScopeCache = dict[str, tuple[Mapping[str, str], str, list[tuple[str, str]]]]
+ScopeCache = dict[str, tuple[Mapping[str, str], str, tuple[tuple[str, str], ...]]]
 
 
 def scope_members(
@@ -33,11 +33,12 @@ def scope_members(
     target's (SLO, scope key) pairs while its labels are the same mapping (the collector hands out one per
     configured target; the cache holds it, so its identity cannot be reused) and deployment: 1,000 targets
     × 4 SLOs every evaluation otherwise."""
-    out: dict[tuple[str, str], list[bool]] = defaultdict(list)
     cache = {} if cache is None else cache
     if len(cache) > 2 * len(histories) + 100:  # targets that left the fleet
         for gone in [t for t in cache if t not in histories]:
             del cache[gone]
+    # Targets with the same scopes (a deployment's) share one pairs list: count per list, then per pair.
+    groups: dict[int, tuple[tuple[tuple[str, str], ...], list[bool]]] = {}
     for target, history in histories.items():
         latest = history.latest
         if latest is None:
@@ -49,11 +50,27 @@ def scope_members(
             labels = dict(configured)
             if history.deployment:
                 labels.setdefault("deployment", history.deployment)
-            pairs = [(slo.name, scope.key) for slo in slos for scope in slo.scopes(labels)]
+            pairs = _interned(tuple((slo.name, scope.key) for slo in slos for scope in slo.scopes(labels)))
             cached = cache[target] = (configured, history.deployment, pairs)
-        for pair in cached[2]:
-            out[pair].append(known)
+        group = groups.get(id(cached[2]))
+        if group is None:
+            group = groups[id(cached[2])] = (cached[2], [])
+        group[1].append(known)
+    out: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for pairs, known_flags in groups.values():
+        for pair in pairs:
+            out[pair].extend(known_flags)
     return out
+
+
+_INTERNED: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+
+
+def _interned(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """One object per distinct pairs tuple, so targets of one deployment group by identity."""
+    if len(_INTERNED) > 10_000:
+        _INTERNED.clear()
+    return _INTERNED.setdefault(pairs, pairs)
 
 
 _NO_LABELS: Mapping[str, str] = {}
