@@ -23,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
@@ -119,9 +121,10 @@ def _measure(cycle: object, cycles: int, server_pid: int) -> dict[str, float]:
     }
 
 
-def main() -> dict[str, object]:
-    count = int(os.environ.get("SPECWATCH_BENCH_SERVERS", "500"))
-    cycles = int(os.environ.get("SPECWATCH_BENCH_CYCLES", "5"))
+@contextmanager
+def golden_servers(count: int) -> Iterator[tuple[list[int], int]]:
+    """``count`` loopback servers of the golden body in a subprocess (its CPU is its own): their ports and
+    its pid. On exit the scrape loop's keep-alive connections close first, then the servers."""
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.bench_fleet", "--serve", str(count)],
         cwd=ROOT,
@@ -131,7 +134,18 @@ def main() -> dict[str, object]:
     )
     try:
         assert server.stdout is not None
-        ports = json.loads(server.stdout.readline())
+        yield json.loads(server.stdout.readline()), server.pid
+    finally:
+        SCRAPE_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=60)
+
+
+def main() -> dict[str, object]:
+    count = int(os.environ.get("SPECWATCH_BENCH_SERVERS", "500"))
+    cycles = int(os.environ.get("SPECWATCH_BENCH_CYCLES", "5"))
+    with golden_servers(count) as (ports, server_pid):
         with tempfile.TemporaryDirectory() as tmp:
             rss_before_mb = _rss_mb()
             store = SqliteStore(Path(tmp) / "history.sqlite")
@@ -140,7 +154,7 @@ def main() -> dict[str, object]:
                 warm = time.perf_counter()
                 first = collector.run_cycle()  # connects, reads every /server_info
                 warmup_s = time.perf_counter() - warm
-                collector_stats = _measure(collector.run_cycle, cycles, server.pid)
+                collector_stats = _measure(collector.run_cycle, cycles, server_pid)
                 last = collector.latest()
             peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             rows = store.count_samples()
@@ -165,7 +179,7 @@ def main() -> dict[str, object]:
             assert SCRAPE_LOOP.run(bare())
 
         bare_cycle()
-        baseline_stats = _measure(bare_cycle, cycles, server.pid)
+        baseline_stats = _measure(bare_cycle, cycles, server_pid)
 
         # The transport before 2026-12-02: requests + a thread pool of scrape.concurrency.
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
@@ -178,12 +192,7 @@ def main() -> dict[str, object]:
                 assert all(pool.map(fetch, urls))
 
             requests_cycle()
-            requests_stats = _measure(requests_cycle, cycles, server.pid)
-    finally:
-        SCRAPE_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=30)
+            requests_stats = _measure(requests_cycle, cycles, server_pid)
 
     def r(value: float) -> float:
         return round(value, 3)

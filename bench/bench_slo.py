@@ -18,11 +18,8 @@ ratios in the same run; and, for the target, the share of a real collector cycle
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,6 +28,7 @@ from pathlib import Path
 from alerts.engine import AlertEngine
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
+from bench.bench_fleet import golden_servers
 from collectors.direct.derive import derive_signals
 from collectors.direct.exposition import parse_exposition, sample_plan
 from collectors.model import TargetSnapshot
@@ -39,7 +37,6 @@ from collectors.slo import build_slos, counter_for, kept_samples, slis
 from collectors.slo_ledger import SloLedger
 from collectors.store.history import SqliteStore
 from collectors.store.slo_counts import SloCountStore
-from collectors.transport import SCRAPE_LOOP
 from config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,43 +64,27 @@ def _best(rounds: int, fn: Callable[[int], None]) -> float:
 def _real_cycle_cpu_s(servers: int, rounds: int) -> float:
     """Median CPU of a real collector cycle without SLOs (scrape over HTTP, read, derive, store) against
     ``servers`` loopback servers serving the golden body (bench_fleet's, in a subprocess)."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_fleet", "--serve", str(servers)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        ports = json.loads(server.stdout.readline())
-        with tempfile.TemporaryDirectory() as tmp:
-            path = str(Path(tmp) / "history.sqlite")
-            config = parse_config(
-                {
-                    "targets": [
-                        {"name": f"k3-{i:04d}", "url": f"http://127.0.0.1:{port}"}
-                        for i, port in enumerate(ports)
-                    ],
-                    "store": {"path": path},
-                    "exporter": {"listen": None},
-                },
-                "bench",
-            )
-            store = SqliteStore(path)
-            with Collector(config, store) as collector:
-                collector.run_cycle()  # connects, reads every /server_info
-                cpus = []
-                for _ in range(rounds):
-                    started = time.process_time()
-                    collector.run_cycle()
-                    cpus.append(time.process_time() - started)
-            store.close()
-    finally:
-        SCRAPE_LOOP.close()
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
+    with golden_servers(servers) as (ports, _), tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "history.sqlite")
+        config = parse_config(
+            {
+                "targets": [
+                    {"name": f"k3-{i:04d}", "url": f"http://127.0.0.1:{port}"} for i, port in enumerate(ports)
+                ],
+                "store": {"path": path},
+                "exporter": {"listen": None},
+            },
+            "bench",
+        )
+        store = SqliteStore(path)
+        with Collector(config, store) as collector:
+            collector.run_cycle()  # connects, reads every /server_info
+            cpus = []
+            for _ in range(rounds):
+                started = time.process_time()
+                collector.run_cycle()
+                cpus.append(time.process_time() - started)
+        store.close()
     return statistics.median(cpus)
 
 
