@@ -2,7 +2,9 @@
 
 One line per SLO and scope (budget, burn rates, the ErrorBudgetBurn severities firing, which half of the
 fraction burned it), then one line per scope with the goodput bounds. ``--json`` prints the same as JSON
-lines; ``null`` is unknown (no events, nothing to compare with), never zero.
+lines; ``null`` is unknown (no events, nothing to compare with), never zero. With ``source: prometheus``
+the counts come from the fleet's Prometheus (``collectors.prometheus.slo_counts``), the alert state and
+probes from the local file where a daemon keeps them.
 """
 
 from __future__ import annotations
@@ -13,12 +15,18 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
-from collectors.slo import REPORT_WINDOWS_S, build_slos
+from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.naming import TargetKey, by_instance
+from collectors.prometheus.queries import signal_queries
+from collectors.prometheus.slo_counts import PrometheusSloCounts
+from collectors.slo import REPORT_WINDOWS_S, Scope, build_slos
+from collectors.slo_ledger import SloCounts
 from collectors.slo_report import (
     Goodput,
     ProbeGoodput,
@@ -28,7 +36,7 @@ from collectors.slo_report import (
     slo_statuses,
     target_deployments,
 )
-from collectors.store.history import SqliteStore
+from collectors.store.history import HistoryStore, SqliteStore
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import Config, ConfigError, load_config
@@ -126,34 +134,44 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
     if not slos:
         print(f"{source}: no slos: configured (see docs/slo.md)", file=sys.stderr)
         return 2
-    if config.source == "prometheus":
-        print(
-            f"{source}: source: prometheus keeps no SLO counts in specwatch's store; load "
-            "`specwatch export rules` into Prometheus (Sloth-compatible slo: series) and read them there",
-            file=sys.stderr,
-        )
-        return 2
     path = config.store.path
-    if not Path(path).exists():
+    local = Path(path).exists()  # the alert state and probes live here with either source
+    if config.source == "direct" and not local:
         print(f"{path}: no store yet (start the collector: specwatch alerts --config F)", file=sys.stderr)
         return 1
     now = time.time() if now is None else now
-    counts = SloCountStore(path, create=False)
-    history = SqliteStore(path)
-    alerts = AlertStateStore(path)
-    try:
+    with ExitStack() as stack:
+        counts: SloCounts
+        history: HistoryStore
+        if config.source == "prometheus":
+            # The counts from the fleet's own series (increase over each window), the attribution from its
+            # history; alert state and probes from the local file where a daemon keeps them.
+            prometheus = stack.enter_context(closing(PrometheusHistory(config)))
+            configured = by_instance(config.targets)
+
+            def name_of(key: TargetKey) -> str:
+                target = configured.get(key.instance)
+                return target.name if target is not None else key.instance
+
+            counts = PrometheusSloCounts(
+                slos, prometheus.source.client, signal_queries(config, source=source), names=name_of
+            )
+            history = prometheus
+        else:
+            counts = stack.enter_context(closing(SloCountStore(path, create=False)))
+            history = stack.enter_context(closing(SqliteStore(path)))
+        alerts = stack.enter_context(closing(AlertStateStore(path))) if local else None
         statuses = slo_statuses(counts, slos, now, history=history)
         severities = firing_severities(alerts)
         for status in statuses:
             firing = severities(status)
             print(json.dumps(status_record(status, firing)) if json_lines else _text(status, firing))
-        probes = ProbeStore(path, create=False)
-        try:
+        by_scope: dict[Scope, ProbeGoodput] = {}
+        if local:
+            probes = stack.enter_context(closing(ProbeStore(path, create=False)))
             labels = {t.name: dict(t.labels) for t in config.targets}
             frame = probes.read(now - 3600.0, now)
             by_scope = {p.scope: p for p in probe_goodput(slos, frame, target_deployments(history), labels)}
-        finally:
-            probes.close()
         for item in goodput(counts, slos, now):
             record = goodput_record(item, by_scope.get(item.scope))
             if json_lines:
@@ -168,10 +186,6 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
                 probed = record["probe_goodput"]
                 probe_text = f"; probes {probed['met']} of {probed['sent']} met them" if probed else ""
                 print(f"goodput [{item.scope.words}] {shown} met {', '.join(item.slos)}{probe_text}")
-    finally:
-        counts.close()
-        history.close()
-        alerts.close()
     return 0
 
 

@@ -6,6 +6,7 @@ recorded ``slo:`` series, ``--check`` knows them, and their queries answer."""
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +16,11 @@ import pytest
 
 from alerts.export import render_rules
 from alerts.service import Service
+from alerts.slo_cli import run as run_slo_cli
 from collectors.prometheus.grafana import check_dashboard, dashboard, queries_of
 from collectors.prometheus.queries import SignalQueries
 from collectors.slo import build_slos
-from config import Config, parse_config
+from config import Config, PrometheusSettings, parse_config
 from tests.collectors.mechanism_server import MechanismServer
 from tests.prometheus.conftest import skip_without
 from tests.prometheus.engines import PROMETHEUS, start_prometheus
@@ -81,13 +83,18 @@ def _serve(servers: dict[str, MechanismServer]) -> None:
     servers["west-a"].serve(400, context_tokens=4096, queue_s=0.05, prefill_s=0.3)
 
 
+def _statuses(out: str) -> dict[tuple[str, str], dict[str, Any]]:
+    lines = [json.loads(line) for line in out.splitlines()]
+    return {(line["slo"], json.dumps(line["scope"])): line for line in lines if "slo" in line}
+
+
 def _firing_in_prometheus(engine: Any) -> set[tuple[str, str, str]]:
     found = engine.query('ALERTS{alertname="ErrorBudgetBurn", alertstate="firing"}')
     return {(r["metric"]["slo"], r["metric"]["severity"], r["metric"].get("deployment", "")) for r in found}
 
 
 def test_the_exported_rules_in_prometheus_fire_where_the_engine_fires(
-    servers: dict[str, MechanismServer], tmp_path: Path
+    servers: dict[str, MechanismServer], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     skip_without(PROMETHEUS, "prometheus")
     config = _config(servers, tmp_path / "history.sqlite")
@@ -130,6 +137,35 @@ def test_the_exported_rules_in_prometheus_fire_where_the_engine_fires(
         for where, expr in queries_of(board):
             if "slo:" in expr and "period" not in expr:
                 assert prometheus.query(expr), f"{where}: {expr} has no series"
+        # `specwatch slo` on the same fleet from Prometheus (source: prometheus) says what it says from the
+        # store the direct collector writes: the same scopes, the same attainment within what increase()'s
+        # extrapolation and the two scrapers' different scrapes allow, the same firing alerts (totals are
+        # not compared: over a few seconds of traffic each scraper saw a different number of them).
+        capsys.readouterr()
+        assert run_slo_cli(config, json_lines=True) == 0
+        direct = _statuses(capsys.readouterr().out)
+        over_prometheus = config.model_copy(
+            update={
+                "source": "prometheus",
+                "prometheus": PrometheusSettings(url=prometheus.url, selector='job="sglang"'),
+            }
+        )
+        assert run_slo_cli(over_prometheus, json_lines=True) == 0
+        from_prometheus = _statuses(capsys.readouterr().out)
+        assert (
+            set(from_prometheus)
+            == set(direct)
+            == {
+                (slo, scope)
+                for slo in ("ttft-1s", "availability")
+                for scope in ("{}", '{"deployment": "east"}', '{"deployment": "west"}')
+            }
+        )
+        for key, line in direct.items():
+            other = from_prometheus[key]
+            assert other["attainment"] == pytest.approx(line["attainment"], abs=0.03), key
+            assert other["total"] > 0, key  # totals differ by the scrapes each saw (seconds of traffic here)
+            assert other["alerts"] == line["alerts"], key
     finally:
         service.stop()
         prometheus.stop()

@@ -1,0 +1,165 @@
+"""SLO counts from the fleet's Prometheus (``source: prometheus``): the ``SloCounts`` the reports read,
+answered by PromQL instead of the SLO tables.
+
+A window's events are ``increase()`` of SGLang's own series over it, rendered once by
+``collectors.prometheus.slo_rules`` and summed per scope, evaluated at the window's end. Where this cannot say
+what the direct source's ledger says: ``increase()`` extrapolates to the window's edges (the catalogue's
+``PROMQL_APPROXIMATION``), so counts are not whole numbers and a window within a scrape of a restart can be a
+request or two off; and how much of the period Prometheus holds is asked of it (the oldest request counter
+sample within the period, at an hour's resolution), not known to the minute.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from collectors.prometheus.client import PromClient
+from collectors.prometheus.naming import TargetKey
+from collectors.prometheus.queries import SignalQueries
+from collectors.prometheus.slo_rules import SloQueries, scope_shapes
+from collectors.slo import EventCounts, Scope, Slo
+
+MINUTE_S = 60.0
+_BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
+
+
+def _seconds(window_s: float) -> str:
+    return f"{max(round(window_s), 1)}s"
+
+
+class PrometheusSloCounts:
+    """``SloCounts`` on Prometheus for these SLOs; ``names`` turns an (instance, job) into the target's name
+    (``collectors.prometheus.naming``); ``clock`` bounds evaluation times to now."""
+
+    def __init__(
+        self,
+        slos: Sequence[Slo],
+        client: PromClient,
+        queries: SignalQueries,
+        *,
+        names: Callable[[TargetKey], str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._slos = {slo.name: slo for slo in slos}
+        self._client = client
+        self._queries = SloQueries(queries)
+        self._names = names
+        self._clock = clock
+        self._cache: dict[tuple[str, float, float], dict[str, EventCounts]] = {}
+
+    def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
+        """Every scope's events over ``window_s`` ending at ``at`` (two queries per kind of scope)."""
+        key = (slo.name, round(window_s), round(at))
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        out: dict[str, EventCounts] = {}
+        for shape in scope_shapes(slo):
+            bad_expr, total_expr = self._queries.per_target(slo, shape, window_s)
+            by = f"sum by ({', '.join(shape.by)})" if shape.by else "sum"
+            totals = self._client.query(f"{by} ({total_expr})", at=at)
+            bads = {
+                tuple(sample.labels.get(name, "") for name in shape.by): sample.value
+                for sample in self._client.query(f"{by} ({bad_expr})", at=at)
+            }
+            for sample in totals:
+                values = tuple(sample.labels.get(name, "") for name in shape.by)
+                total = sample.value
+                if total is None or total <= 0:
+                    continue
+                bad = min(max(bads.get(values) or 0.0, 0.0), total)
+                scope = Scope(tuple(sorted(zip(shape.by, values, strict=True))))
+                out[scope.key] = EventCounts(total - bad, total)
+        if len(self._cache) > 256:
+            self._cache.clear()
+        self._cache[key] = out
+        return out
+
+    def counts(self, slo: str, scope: str, start_ts: float, end_ts: float) -> EventCounts:
+        found = self._slos.get(slo)
+        at = min(end_ts, self._clock())
+        if found is None or at - start_ts < 1.0:
+            return EventCounts()
+        return self._per_scope(found, at - start_ts, at).get(scope, EventCounts())
+
+    def scopes(self, slo: str, since_ts: float) -> list[str]:
+        found = self._slos.get(slo)
+        if found is None:
+            return []
+        now = self._clock()
+        return sorted(self._per_scope(found, max(now - since_ts, MINUTE_S), now))
+
+    def first_minute(self, slo: str, scope: str) -> int | None:
+        """The oldest hour within the period in which Prometheus holds the scope's request counters."""
+        found = self._slos.get(slo)
+        if found is None:
+            return None
+        now = self._clock()
+        period = _seconds(found.window_s)
+        shape_labels = dict(Scope.from_key(scope).labels)
+        matchers = ", ".join(
+            [self._queries.queries.cumulative_matchers, *(f'{k}="{v}"' for k, v in shape_labels.items())]
+        )
+        expr = (
+            f"min(min_over_time(timestamp(sglang:num_requests_total{{{matchers}}})[{period}:1h]) "
+            f"or min_over_time(timestamp(sglang_num_requests_total{{{matchers}}})[{period}:1h]))"
+        )
+        samples = self._client.query(expr, at=now)
+        value = samples[0].value if samples else None
+        return int(value // MINUTE_S * MINUTE_S) if value is not None and math.isfinite(value) else None
+
+    def by_target(self, slo: str, start_ts: float, end_ts: float) -> dict[str, EventCounts]:
+        found = self._slos.get(slo)
+        at = min(end_ts, self._clock())
+        if found is None or at - start_ts < 1.0:
+            return {}
+        whole = scope_shapes(found)[0]
+        bad_expr, total_expr = self._queries.per_target(found, whole, at - start_ts)
+        bads = {TargetKey.of(s.labels): s.value for s in self._client.query(bad_expr, at=at)}
+        out: dict[str, EventCounts] = {}
+        for sample in self._client.query(total_expr, at=at):
+            total = sample.value
+            if total is None or total <= 0:
+                continue
+            key = TargetKey.of(sample.labels)
+            name = self._names(key) if self._names is not None else key.instance
+            bad = min(max(bads.get(key) or 0.0, 0.0), total)
+            out[name] = out.get(name, EventCounts()) + EventCounts(total - bad, total)
+        return out
+
+    def minutes(self, slo: str, scope: str, start_ts: float, end_ts: float) -> list[tuple[int, float, float]]:
+        """The scope's events per step over [start_ts, end_ts): minutes for an hour, coarser for a period
+        (at most ``_BURN_DOWN_POINTS`` steps, each the increase over its own step)."""
+        found = self._slos.get(slo)
+        end = min(end_ts, self._clock())
+        if found is None or end <= start_ts:
+            return []
+        step = max(MINUTE_S, math.ceil((end - start_ts) / _BURN_DOWN_POINTS / MINUTE_S) * MINUTE_S)
+        shape = next(
+            (s for s in scope_shapes(found) if set(s.by) == {k for k, _ in Scope.from_key(scope).labels}),
+            None,
+        )
+        if shape is None:
+            return []
+        wanted = dict(Scope.from_key(scope).labels)
+        bad_expr, total_expr = self._queries.per_target(found, shape, step)
+        by = f"sum by ({', '.join(shape.by)})" if shape.by else "sum"
+
+        def series(expr: str) -> Mapping[float, float]:
+            for item in self._client.query_range(f"{by} ({expr})", start_ts + step, end, step):
+                if all(item.labels.get(k, "") == v for k, v in wanted.items()):
+                    return {
+                        float(t): float(v)
+                        for t, v in zip(item.timestamps, item.values, strict=True)
+                        if math.isfinite(v)
+                    }
+            return {}
+
+        totals, bads = series(total_expr), series(bad_expr)
+        return [
+            (int(t - step), total - min(max(bads.get(t, 0.0), 0.0), total), total)
+            for t, total in sorted(totals.items())
+            if total > 0
+        ]
