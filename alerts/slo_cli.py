@@ -22,9 +22,7 @@ from typing import Any
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.prometheus.history import PrometheusHistory
-from collectors.prometheus.naming import TargetKey, by_instance
-from collectors.prometheus.queries import signal_queries
-from collectors.prometheus.slo_counts import PrometheusSloCounts
+from collectors.prometheus.slo_counts import prometheus_slo_counts
 from collectors.slo import REPORT_WINDOWS_S, Scope, build_slos
 from collectors.slo_ledger import SloCounts
 from collectors.slo_report import (
@@ -147,15 +145,7 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
             # The counts from the fleet's own series (increase over each window), the attribution from its
             # history; alert state and probes from the local file where a daemon keeps them.
             prometheus = stack.enter_context(closing(PrometheusHistory(config)))
-            configured = by_instance(config.targets)
-
-            def name_of(key: TargetKey) -> str:
-                target = configured.get(key.instance)
-                return target.name if target is not None else key.instance
-
-            counts = PrometheusSloCounts(
-                slos, prometheus.source.client, signal_queries(config, source=source), names=name_of
-            )
+            counts = prometheus_slo_counts(config, prometheus, source)
             history = prometheus
         else:
             counts = stack.enter_context(closing(SloCountStore(path, create=False)))

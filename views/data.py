@@ -26,8 +26,10 @@ from alerts.model import AlertInstance, AlertTransition
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
-from collectors.prometheus.history import open_history
+from collectors.prometheus.history import PrometheusHistory, open_history
+from collectors.prometheus.slo_counts import prometheus_slo_counts
 from collectors.slo import Slo
+from collectors.slo_ledger import SloCounts
 from collectors.slo_report import Goodput, SloStatus, goodput, slo_scopes, slo_status, slo_statuses
 from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.history import HistoryStore, SqliteStore
@@ -61,7 +63,7 @@ class StoreReader:
         self._lock = threading.Lock()
         self._store: HistoryStore | None = None
         self._alerts: AlertStateStore | None = None
-        self._slo_counts: SloCountStore | None = None
+        self._slo_counts: SloCounts | None = None
 
     def _open(self) -> HistoryStore:
         with self._lock:
@@ -76,10 +78,17 @@ class StoreReader:
                 self._alerts = AlertStateStore(self.path)
             return self._alerts
 
-    def _open_slo_counts(self) -> SloCountStore:
+    def _open_slo_counts(self) -> SloCounts:
+        """The SLO tables (read-only), or with ``source: prometheus`` the fleet's Prometheus itself (its
+        collector counts nothing into the tables: the SLIs are its own series there)."""
+        history = self._open()
         with self._lock:
             if self._slo_counts is None:
-                self._slo_counts = SloCountStore(self.path, create=False)  # a viewer never writes
+                config = _HISTORY_CONFIGS.get(self.path)
+                if config is not None and isinstance(history, PrometheusHistory):
+                    self._slo_counts = prometheus_slo_counts(config, history)
+                else:
+                    self._slo_counts = SloCountStore(self.path, create=False)  # a viewer never writes
             return self._slo_counts
 
     def call(self, fn: Callable[[HistoryStore], T]) -> T:
@@ -88,8 +97,8 @@ class StoreReader:
     def call_alerts(self, fn: Callable[[AlertStateStore], T]) -> T:
         return self._wait(self._pool.submit(lambda: fn(self._open_alerts())))
 
-    def call_slo(self, fn: Callable[[SloCountStore, HistoryStore], T]) -> T:
-        """``fn`` on the SLO tables (read-only) and the history (for the attribution)."""
+    def call_slo(self, fn: Callable[[SloCounts, HistoryStore], T]) -> T:
+        """``fn`` on the SLO counts and the history (for the attribution)."""
         return self._wait(self._pool.submit(lambda: fn(self._open_slo_counts(), self._open())))
 
     def _wait(self, future: Future[T]) -> T:
@@ -109,9 +118,9 @@ class StoreReader:
             if self._alerts is not None:
                 self._alerts.close()
                 self._alerts = None
-            if self._slo_counts is not None:
+            if isinstance(self._slo_counts, SloCountStore):
                 self._slo_counts.close()
-                self._slo_counts = None
+            self._slo_counts = None
 
 
 def _release_reader(reader: StoreReader) -> None:
@@ -675,7 +684,7 @@ def slo_report(path: str, now_ts: float, interval_s: float, slos: Sequence[Slo])
 def _slo_report(path: str, now_ts: float, slos_key: str, _slos: tuple[Slo, ...]) -> SloReport:
     del slos_key  # the SLOs' identity in the cache key (they are passed unhashed)
 
-    def read(counts: SloCountStore, history: HistoryStore) -> SloReport:
+    def read(counts: SloCounts, history: HistoryStore) -> SloReport:
         statuses = slo_statuses(counts, _slos, now_ts, history=history)
         return SloReport(tuple(statuses), tuple(goodput(counts, _slos, now_ts)), now_ts)
 
@@ -694,7 +703,7 @@ def _slo_fleet(path: str, slos_key: str, _slos: tuple[Slo, ...]) -> SloReport:
     del slos_key
     now_ts = time.time()
 
-    def read(counts: SloCountStore, _history: HistoryStore) -> SloReport:
+    def read(counts: SloCounts, _history: HistoryStore) -> SloReport:
         statuses = [
             slo_status(counts, slo, scope, now_ts, worst=0)
             for slo in _slos

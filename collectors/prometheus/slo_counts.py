@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from collectors.prometheus.client import PromClient
-from collectors.prometheus.naming import TargetKey
-from collectors.prometheus.queries import SignalQueries
+from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.naming import TargetKey, by_instance
+from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.prometheus.slo_rules import SloQueries, scope_shapes
-from collectors.slo import EventCounts, Scope, Slo
+from collectors.slo import EventCounts, Scope, Slo, build_slos
+from config import Config
 
 MINUTE_S = 60.0
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
@@ -163,3 +165,22 @@ class PrometheusSloCounts:
             for t, total in sorted(totals.items())
             if total > 0
         ]
+
+
+def prometheus_slo_counts(
+    config: Config, history: PrometheusHistory, source: str = "config"
+) -> PrometheusSloCounts:
+    """The SLO counts of ``config``'s SLOs from the Prometheus its history reads, targets named as the
+    Prometheus source names them (a configured target's name where its URL is the instance)."""
+    configured = by_instance(config.targets)
+
+    def name_of(key: TargetKey) -> str:
+        target = configured.get(key.instance)
+        return target.name if target is not None else key.instance
+
+    return PrometheusSloCounts(
+        build_slos(config, source),
+        history.source.client,
+        signal_queries(config, source=source),
+        names=name_of,
+    )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from alerts.export import render_rules
 from alerts.service import Service
@@ -24,6 +25,7 @@ from config import Config, PrometheusSettings, parse_config
 from tests.collectors.mechanism_server import MechanismServer
 from tests.prometheus.conftest import skip_without
 from tests.prometheus.engines import PROMETHEUS, start_prometheus
+from tests.views.conftest import page_test
 
 QUERIES = SignalQueries('job="sglang"', 4.0)
 SLOS = [
@@ -166,6 +168,16 @@ def test_the_exported_rules_in_prometheus_fire_where_the_engine_fires(
             assert other["attainment"] == pytest.approx(line["attainment"], abs=0.03), key
             assert other["total"] > 0, key  # totals differ by the scrapes each saw (seconds of traffic here)
             assert other["alerts"] == line["alerts"], key
+        # And the SLOs page of a dashboard on that Prometheus shows its attainment (a viewer: its collector
+        # would count nothing into the SLO tables; the SLIs are Prometheus's own series).
+        config_path = tmp_path / "over-prometheus.yaml"
+        config_path.write_text(yaml.safe_dump(over_prometheus.model_dump(mode="json")), encoding="utf-8")
+        at = page_test(config_path, "slo").run()
+        assert not at.exception
+        whole = from_prometheus[("ttft-1s", "{}")]
+        shown = {m.label: m.value for m in at.metric}
+        # A little later than the CLI's read: increase() extrapolates over the new scrapes of idle servers.
+        assert float(shown["Attainment"].rstrip(" %")) / 100 == pytest.approx(whole["attainment"], abs=0.01)
     finally:
         service.stop()
         prometheus.stop()
