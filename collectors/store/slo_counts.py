@@ -3,8 +3,9 @@
 ``slo_minutes``: good and total events per SLO, scope and minute, kept for the SLO's period (28 days of one
 SLO and scope are 40,320 small rows): burn rates over any window and the budget over the period are sums of
 a primary-key range. ``slo_target_buckets``: the same per target and 5 minutes, kept a day, for "which
-servers burned most" (the ledger adds to them once a minute). Both are written by adding a cycle's increments (``INSERT … ON CONFLICT DO UPDATE``),
-so a bucket filled by many cycles, a restart or two processes ends as the sum of what each counted.
+servers burned most" (the ledger adds to them once a minute). Both are written by adding a cycle's
+increments (``INSERT … ON CONFLICT DO UPDATE``), so a bucket filled by many cycles, a restart or two
+processes ends as the sum of what each counted.
 """
 
 from __future__ import annotations
