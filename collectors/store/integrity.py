@@ -86,7 +86,7 @@ def check_store(path: str, *, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> str |
         return None
     finally:
         connection.close()
-    found = [str(row[0]) for row in rows]
+    found = [" ".join(str(row[0]).split()) for row in rows]  # its lines hold newlines: one log line
     if found != ["ok"]:
         return "quick_check: " + "; ".join(found)
     return _foreign_wal(path)

@@ -10,24 +10,30 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import random
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from alerts.model import AlertState
 from alerts.service import Service
 from collectors.model import TargetSnapshot
 from collectors.store.history import SqliteStore
 from collectors.store.integrity import stamp_store_id
-from config import Config, parse_config
-from tests.collectors.servers import FakeSGLang
-from tests.reliability.harness import Receiver, integrity, samples_by_target
-from tests.reliability.test_sigkill import firing_pages
+from config import Config, load_config, parse_config
+from tests.collectors.servers import FakeSGLang, wait_for
+from tests.reliability.harness import Receiver, integrity, samples_by_target, tmpfs
+from tests.reliability.test_sigkill import ROOT, firing_pages
 from tests.reliability.test_store_faults import StepClock, cycles
 
 pytestmark = pytest.mark.slow
@@ -175,3 +181,173 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
     assert integrity(store) == "ok"
     assert samples_by_target(store) == {"k3-a": 3, "k3-b": 3}
     assert not Path(f"{store}.corrupt").exists()
+
+
+def tear_while_running(store: Path) -> None:
+    """Garbage over the raw samples' root page of a store in use, as a torn checkpoint write leaves it."""
+    with closing(sqlite3.connect(store)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file, so the damage is seen
+    damage(store, "garbage over a page")
+
+
+def test_a_store_torn_while_running_is_moved_aside_within_the_cycle_and_its_queue_delivered_once(
+    tmp_path: Path,
+    servers: dict[str, FakeSGLang],
+    receiver: Receiver,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = tmp_path / "history.sqlite"
+    clock = StepClock()
+    receiver.down()  # the page for k3-b waits in the outbox when the store tears
+    service = Service(make_config(store, servers, receiver), clock=clock)
+    service.notifier.start()
+    caplog.set_level(logging.WARNING)
+    try:
+        cycles(service, clock, 2)
+        assert service.alert_store.queued_count() == 1
+        tear_while_running(store)
+
+        assert cycles(service, clock, 1) == [1]  # the write fails, the file goes aside, the rows go in
+        [moved] = moved_files(tmp_path)
+        health = service.collector.health()
+        assert health.store_notice is not None
+        assert str(moved) in health.store_notice
+        assert "1 queued notification(s)" in health.store_notice
+        assert health.store_error is None
+        assert health.pending_rows == 0
+        assert samples_by_target(store) == {"k3-a": 1, "k3-b": 1}  # the torn cycle's rows, in the new file
+        assert [line for line in loud_lines(caplog) if str(moved) in line] == loud_lines(caplog)
+        assert len(loud_lines(caplog)) == 1
+        firing = [(i.rule, i.target) for i in service.alert_store.active()]
+        assert firing == [("TargetDown", "k3-b")]  # rewritten by the engine from memory
+
+        # Torn again at once: not moved aside again (no loop); rows wait in memory, scraping goes on.
+        tear_while_running(store)
+        assert cycles(service, clock, 2) == [1, 1]
+        assert moved_files(tmp_path) == [moved]
+        health = service.collector.health()
+        assert health.store_error is not None
+        assert "malformed" in health.store_error
+        assert health.pending_rows == 4
+        assert sum("corrupt again" in r.getMessage() for r in caplog.records) == 1
+
+        receiver.up()
+        assert service.notifier.flush(15)
+    finally:
+        service.stop()
+    assert firing_pages(receiver, "k3-b") == 1  # the queued page survived the move, and went out once
+
+
+class WallClock:
+    """Real time for a store a real daemon carries on (``cycles`` steps a clock; this one runs by itself)."""
+
+    def __call__(self) -> float:
+        return time.time()
+
+    def step(self) -> None:
+        pass
+
+
+def write_config(path: Path, store: Path, servers: dict[str, FakeSGLang], receiver: Receiver) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "scrape": {"interval_s": 0.5, "timeout_s": 0.4},
+                "targets": [{"name": name, "url": s.url} for name, s in servers.items()],
+                "store": {"path": str(store)},
+                "alerts": {"webhook_urls": [receiver.url], "rules": {"TargetDown": {"for_s": 0}}},
+                "exporter": {"listen": None},
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def new_rows(folder: Path, store: Path) -> int:
+    """Rows in the store started after the torn one was moved aside (0 until then)."""
+    if not moved_files(folder):
+        return 0
+    try:
+        return sum(samples_by_target(store).values())
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def test_the_daemon_starts_on_a_torn_store_says_so_once_and_does_not_page_again(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    store = tmp_path / "history.sqlite"
+    config = write_config(tmp_path / "fleet.yaml", store, servers, receiver)
+    run_until_paged(store, load_config(config), WallClock(), receiver)  # type: ignore[arg-type]
+    damage(store, "garbage over a page")
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "alerts", "run", "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: new_rows(tmp_path, store) >= 6, timeout_s=20)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr
+    [moved] = moved_files(tmp_path)
+    [line] = [line for line in stderr.splitlines() if "HISTORY STORE CORRUPT" in line]
+    assert str(moved) in line
+    assert "Traceback" not in stderr
+    assert firing_pages(receiver, "k3-b") == 1  # the restored firing alert was not paged again
+    assert integrity(store) == "ok"
+
+
+@contextmanager
+def read_only_folder(folder: Path, contents: dict[str, bytes]) -> Iterator[None]:
+    """``folder`` holding ``contents``, read-only: a read-only mount as root (root ignores permissions),
+    else mode 0555."""
+    with tmpfs(folder, "4m") as mounted:
+        if not mounted and os.geteuid() == 0:
+            pytest.skip("mount -t tmpfs is not permitted here: root cannot be refused a write otherwise")
+        for name, data in contents.items():
+            (folder / name).write_bytes(data)
+        if mounted:
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        else:
+            folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            if mounted:
+                subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=False)
+            else:
+                folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("holding", ["a torn store", "nothing yet"])
+def test_a_read_only_folder_stops_the_daemon_with_one_message_naming_it(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver, holding: str
+) -> None:
+    folder = tmp_path / "ro"
+    contents = {}
+    if holding == "a torn store":
+        contents["history.sqlite"] = b"SQLite format 3\0" + random.Random(5).randbytes(PAGE_BYTES * 4 - 16)
+    config = write_config(tmp_path / "fleet.yaml", folder / "history.sqlite", servers, receiver)
+    with read_only_folder(folder, contents):
+        done = subprocess.run(
+            [sys.executable, "-m", "alerts", "run", "--config", str(config)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert sorted(p.name for p in folder.iterdir()) == sorted(contents)  # nothing moved, nothing made
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: the store's folder {folder} is read-only")
+    assert servers["k3-a"].hits("/metrics") == 0  # it stopped before scraping anything
