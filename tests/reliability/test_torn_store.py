@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -35,6 +36,9 @@ from tests.collectors.servers import FakeSGLang, wait_for
 from tests.reliability.harness import Receiver, integrity, samples_by_target, tmpfs
 from tests.reliability.test_sigkill import ROOT, firing_pages
 from tests.reliability.test_store_faults import StepClock, cycles
+
+if TYPE_CHECKING:
+    from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.slow
 
@@ -351,3 +355,45 @@ def test_a_read_only_folder_stops_the_daemon_with_one_message_naming_it(
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"error: the store's folder {folder} is read-only")
     assert servers["k3-a"].hits("/metrics") == 0  # it stopped before scraping anything
+
+
+def dashboard(tmp_path: Path, store: Path, servers: dict[str, FakeSGLang], receiver: Receiver) -> AppTest:
+    from tests.views.conftest import page_test
+
+    return page_test(write_config(tmp_path / "dash.yaml", store, servers, receiver), "fleet", collector=True)
+
+
+def test_the_dashboard_names_the_moved_file_in_its_sidebar(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    import app
+
+    store = tmp_path / "history.sqlite"
+    store.write_bytes(b"SQLite format 3\0" + random.Random(7).randbytes(PAGE_BYTES * 4 - 16))  # header torn
+    at = dashboard(tmp_path, store, servers, receiver)
+    try:
+        at.run()
+        [moved] = moved_files(tmp_path)
+        # as shown: the markdown escapes (views.formatting.plain) taken out
+        warnings = "\n".join(str(w.value) for w in at.sidebar.warning).replace("\\", "")
+        assert "History store moved aside as corrupt" in warnings
+        assert str(moved) in warnings
+        assert not at.sidebar.error  # the collector runs, on the new store
+    finally:
+        app.start_runtime.clear()
+
+
+def test_the_dashboard_says_the_folder_is_read_only_in_its_sidebar(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    import app
+
+    folder = tmp_path / "ro"
+    with read_only_folder(folder, {}):
+        at = dashboard(tmp_path, folder / "history.sqlite", servers, receiver)
+        try:
+            errors = "\n".join(str(e.value) for e in at.run().sidebar.error).replace("\\", "")
+        finally:
+            app.start_runtime.clear()
+    assert "The collector did not start" in errors
+    assert f"the store's folder {folder} is read-only" in errors
