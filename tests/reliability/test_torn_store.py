@@ -187,6 +187,32 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
     assert not Path(f"{store}.corrupt").exists()
 
 
+def test_a_torn_header_page_loses_the_alert_state_so_the_firing_alert_is_paged_once_more(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    """The documented bound: with page 1 (the schema) gone nothing of the file can be read, so the alert
+    that was firing starts over: paged once more, at the first evaluation of the new store."""
+    store = tmp_path / "history.sqlite"
+    clock = StepClock()
+    config = make_config(store, servers, receiver)
+    run_until_paged(store, config, clock, receiver)
+    with store.open("r+b") as f:
+        f.write(random.Random(1).randbytes(PAGE_BYTES))
+    service = Service(config, clock=clock)
+    service.notifier.start()
+    try:
+        notice = service.collector.health().store_notice
+        assert notice is not None
+        assert "0 active alert(s) and 0 queued notification(s) recovered" in notice
+        assert "not readable: alert_instances: file is not a database" in notice
+        assert cycles(service, clock, 2) == [1, 1]
+        assert service.notifier.flush(10)
+    finally:
+        service.stop()
+    assert len(moved_files(tmp_path)) == 1
+    assert firing_pages(receiver, "k3-b") == 2
+
+
 def tear_while_running(store: Path) -> None:
     """Garbage over the raw samples' root page of a store in use, as a torn checkpoint write leaves it."""
     with closing(sqlite3.connect(store)) as db:
@@ -242,8 +268,8 @@ def test_a_store_torn_while_running_is_moved_aside_within_the_cycle_and_its_queu
     assert firing_pages(receiver, "k3-b") == 1  # the queued page survived the move, and went out once
 
 
-class WallClock:
-    """Real time for a store a real daemon carries on (``cycles`` steps a clock; this one runs by itself)."""
+class WallClock(StepClock):
+    """Real time, for a store a real daemon carries on (``cycles`` steps its clock; this one runs itself)."""
 
     def __call__(self) -> float:
         return time.time()
@@ -283,7 +309,7 @@ def test_the_daemon_starts_on_a_torn_store_says_so_once_and_does_not_page_again(
 ) -> None:
     store = tmp_path / "history.sqlite"
     config = write_config(tmp_path / "fleet.yaml", store, servers, receiver)
-    run_until_paged(store, load_config(config), WallClock(), receiver)  # type: ignore[arg-type]
+    run_until_paged(store, load_config(config), WallClock(), receiver)
     damage(store, "garbage over a page")
 
     process = subprocess.Popen(
