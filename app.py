@@ -144,12 +144,16 @@ def _fill_history_in_background(config: Config, sim: SimSettings, runtime: Runti
 
     path = config.store.path
     slos = build_slos(config)
-    probe = SqliteStore(path)  # checked before the collector starts writing
     try:
-        if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and shows its gap)
-            return
-    finally:
-        probe.close()
+        probe = SqliteStore(path)  # checked before the collector starts writing
+        try:
+            if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and its gap)
+                return
+        finally:
+            probe.close()
+    except StoreError as exc:  # a torn store: the collector moves it aside as it starts; no past is made up
+        log.warning("not writing simulated history: %s", exc)
+        return
     stop = threading.Event()
     runtime.stoppers.append(stop.set)
 

@@ -87,7 +87,11 @@ class StoreRecovery:
             log.error("%s; rows wait in memory", exc_move)
             self._last_move = now  # the same refusal is not retried every cycle
             return None
-        reopen()
+        try:
+            stamp_store_id(self.path)
+            reopen()
+        except StoreError as exc_open:  # the new store cannot be made: the next cycles report it
+            log.error("%s; rows wait in memory", exc_open)
         return salvaged
 
     def _move_aside(self, problem: str) -> SalvagedState:

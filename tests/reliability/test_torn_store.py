@@ -423,3 +423,37 @@ def test_the_dashboard_says_the_folder_is_read_only_in_its_sidebar(
             app.start_runtime.clear()
     assert "The collector did not start" in errors
     assert f"the store's folder {folder} is read-only" in errors
+
+
+def test_the_demo_dashboard_starts_its_collector_on_a_torn_store(tmp_path: Path) -> None:
+    """The default config (a simulated fleet with a day of made-up past, probes, SLOs) on a torn store: the
+    collector starts on a new store (no past is made up over the torn one), and the banner says why."""
+    import app
+    from tests.views.conftest import page_test
+
+    store = tmp_path / "history.sqlite"
+    store.write_bytes(b"SQLite format 3\0" + random.Random(9).randbytes(PAGE_BYTES * 4 - 16))
+    config = tmp_path / "demo.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "scrape": {"interval_s": 1, "timeout_s": 1},
+                "sim": {"scenario": "demo", "servers": 3, "history_h": 1},
+                "store": {"path": str(store)},
+                "probes": {"enabled": True},
+                "slos": [{"name": "ttft-4s", "sli": {"kind": "ttft", "threshold_s": 4}, "objective": 0.99}],
+                "exporter": {"listen": None},
+            }
+        ),
+        encoding="utf-8",
+    )
+    at = page_test(config, "fleet", collector=True)
+    try:
+        at.run()
+        assert not at.sidebar.error
+        [moved] = moved_files(tmp_path)
+        warnings = "\n".join(str(w.value) for w in at.sidebar.warning).replace("\\", "")
+        assert str(moved) in warnings
+        assert wait_for(lambda: new_rows(tmp_path, store) >= 3, timeout_s=20)  # the new store fills
+    finally:
+        app.start_runtime.clear()
