@@ -73,18 +73,24 @@ def make_config(store: Path, servers: dict[str, FakeSGLang], receiver: Receiver)
     )
 
 
-def run_until_paged(store: Path, config: Config, clock: StepClock, receiver: Receiver) -> None:
-    """A store as a daemon leaves it: two cycles, TargetDown on k3-b firing and paged once; then an hour of
-    older history written last (the last pages of the file are history rows, as after a long run)."""
+def run_until_paged(
+    store: Path, config: Config, clock: StepClock, receiver: Receiver, *, delivered: bool = True
+) -> None:
+    """A store as a daemon leaves it: two cycles, TargetDown on k3-b firing and paged once (or, not
+    ``delivered``, the page still queued: the receiver is down); then an hour of older history written last
+    (the last pages of the file are history rows, as after a long run)."""
+    if not delivered:
+        receiver.down()
     service = Service(config, clock=clock)
     service.notifier.start()
     try:
         cycles(service, clock, 2)
-        assert service.notifier.flush(10)
+        assert service.notifier.flush(10 if delivered else 0) == delivered
         latest = service.collector.latest()
     finally:
-        service.stop()
-    assert firing_pages(receiver, "k3-b") == 1
+        service.stop(flush_timeout_s=0 if not delivered else 5)
+    assert firing_pages(receiver, "k3-b") == int(delivered)
+    receiver.up()
     older = [dataclasses.replace(s, ts=s.ts - 3600 + second) for second in range(0, 3600, 5) for s in latest]
     history = SqliteStore(store)
     try:
@@ -185,6 +191,27 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
     assert integrity(store) == "ok"
     assert samples_by_target(store) == {"k3-a": 3, "k3-b": 3}
     assert not Path(f"{store}.corrupt").exists()
+
+
+def test_a_page_queued_in_a_torn_store_is_delivered_once_from_the_new_one(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    store = tmp_path / "history.sqlite"
+    clock = StepClock()
+    config = make_config(store, servers, receiver)
+    run_until_paged(store, config, clock, receiver, delivered=False)
+    damage(store, "garbage over a page")
+    service = Service(config, clock=clock)
+    service.notifier.start()
+    try:
+        notice = service.collector.health().store_notice
+        assert notice is not None
+        assert "1 active alert(s) and 1 queued notification(s) recovered" in notice
+        cycles(service, clock, 2)  # past the retry time the failed attempt set (kept with the row)
+        assert service.notifier.flush(10)
+    finally:
+        service.stop()
+    assert firing_pages(receiver, "k3-b") == 1
 
 
 def test_a_torn_header_page_loses_the_alert_state_so_the_firing_alert_is_paged_once_more(
