@@ -193,6 +193,36 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
     assert not Path(f"{store}.corrupt").exists()
 
 
+def test_with_the_alerts_table_torn_the_firing_alert_is_rebuilt_from_the_outbox_and_not_paged_again(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    store = tmp_path / "history.sqlite"
+    clock = StepClock()
+    config = make_config(store, servers, receiver)
+    run_until_paged(store, config, clock, receiver)
+    page = root_page(store, "alert_instances")
+    with store.open("r+b") as f:
+        f.seek((page - 1) * PAGE_BYTES)
+        f.write(random.Random(3).randbytes(PAGE_BYTES))
+    service = Service(config, clock=clock)
+    service.notifier.start()
+    try:
+        notice = service.collector.health().store_notice
+        assert notice is not None
+        assert "1 of the alerts rebuilt from the outbox's notifications" in notice
+        firing = [(i.rule, i.target, i.state) for i in service.alert_store.active()]
+        assert firing == [("TargetDown", "k3-b", AlertState.FIRING)]
+        cycles(service, clock, 2)
+        servers["k3-b"].metrics_status = 200  # and it recovers: the rebuilt alert resolves, notified
+        cycles(service, clock, 2)
+        assert service.notifier.flush(10)
+    finally:
+        service.stop()
+    assert firing_pages(receiver, "k3-b") == 1
+    statuses = [a["status"] for body in receiver.bodies for a in body["alerts"]]
+    assert statuses == ["firing", "resolved"]
+
+
 def test_a_page_queued_in_a_torn_store_is_delivered_once_from_the_new_one(
     tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
 ) -> None:
