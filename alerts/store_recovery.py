@@ -3,8 +3,8 @@ file is damaged; moved aside (never deleted), a new store started at the same pa
 still be read carried over, and one loud log line plus a notice for the dashboard's sidebar.
 
 Never a crash loop: a corrupt store at start is moved aside once and the daemon runs on the new one; while
-running, a store found corrupt again within ``min_interval_s`` of the last move is not moved again (its rows
-wait in memory, as for any failing store, until the interval has passed).
+running, a store is checked (and moved) at most once per ``min_interval_s``: found corrupt again sooner, its
+rows wait in memory, as for any failing store, until the interval has passed.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class StoreRecovery:
         self._check_timeout_s = check_timeout_s
         self._min_interval_s = min_interval_s
         self._monotonic = monotonic
-        self._last_move: float | None = None
+        self._next_check = float("-inf")  # monotonic s: no check (and no move) mid-run before it
         self._held_back_logged = False
 
     def at_start(self) -> SalvagedState | None:
@@ -68,24 +68,30 @@ class StoreRecovery:
         if not is_corruption(exc):
             return None
         now = self._monotonic()
-        if self._last_move is not None and now - self._last_move < self._min_interval_s:
+        if now < self._next_check:
             if not self._held_back_logged:
                 log.error(
-                    "history store %s is corrupt again within %g s of the last move aside; not moving it "
-                    "again before then: rows wait in memory",
+                    "history store %s: writes say it is damaged, but it was checked or moved aside less "
+                    "than %g s ago; not again before then: rows wait in memory",
                     self.path,
                     self._min_interval_s,
                 )
                 self._held_back_logged = True
             return None
-        found = check_store(self.path, timeout_s=self._check_timeout_s)
+        self._next_check, self._held_back_logged = now + self._min_interval_s, False
+        # SQLite's word on a write is evidence enough when a large store cannot be checked in time.
+        found = check_store(
+            self.path,
+            timeout_s=self._check_timeout_s,
+            unfinished=f"{exc} (a write; quick_check did not finish within {self._check_timeout_s:g} s)",
+        )
         if found is None:
-            return None  # a damaged read that quick_check does not confirm: reported as a store error only
+            log.error("history store %s: a write said damaged, quick_check found it sound", self.path)
+            return None
         try:
             salvaged = self._move_aside(found)
-        except StoreError as exc_move:
+        except StoreError as exc_move:  # not retried before the interval is over either
             log.error("%s; rows wait in memory", exc_move)
-            self._last_move = now  # the same refusal is not retried every cycle
             return None
         try:
             stamp_store_id(self.path)
@@ -97,7 +103,8 @@ class StoreRecovery:
     def _move_aside(self, problem: str) -> SalvagedState:
         wall = self._clock()
         moved = quarantine(self.path, wall)
-        self._last_move, self._held_back_logged = self._monotonic(), False
+        # A new store torn again at once (a failing disk) waits in memory rather than piling up moved files.
+        self._next_check = self._monotonic() + self._min_interval_s
         salvaged = salvage_alert_state(moved)
         when = datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         self.notice = (

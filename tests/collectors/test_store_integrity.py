@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -51,6 +52,8 @@ def test_the_check_gives_up_within_its_budget_and_counts_as_fine(
     caplog.set_level(logging.WARNING)
     assert check_store(str(path), timeout_s=0.0) is None
     assert "did not finish within 0 s" in caplog.text
+    # mid-run, a write already said the file is damaged: an unfinished check does not clear it
+    assert check_store(str(path), timeout_s=0.0, unfinished="the write's word") == "the write's word"
 
 
 def test_sqlite_damage_is_corruption_and_other_failures_are_not() -> None:
@@ -97,3 +100,23 @@ def test_a_connection_left_on_a_moved_file_reopens_on_the_new_store(tmp_path: Pa
         assert db.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
     with closing(sqlite3.connect(moved)) as db:
         assert db.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 200  # untouched
+
+
+def test_the_budget_cuts_the_b_tree_walk_itself(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Most of quick_check is one SQLite step (the b-tree walk): the budget must interrupt it, not wait."""
+    path = tmp_path / "large.sqlite"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE t (b BLOB)")
+        db.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) "
+            "INSERT INTO t SELECT randomblob(100) FROM n"
+        )
+        db.commit()
+    started = time.monotonic()
+    assert check_store(str(path)) is None  # sound, checked whole
+    whole_s = time.monotonic() - started
+    caplog.set_level(logging.WARNING)
+    started = time.monotonic()
+    assert check_store(str(path), timeout_s=whole_s / 10) is None
+    assert time.monotonic() - started < whole_s / 2
+    assert "did not finish" in caplog.text

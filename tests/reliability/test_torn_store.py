@@ -316,7 +316,7 @@ def test_a_store_torn_while_running_is_moved_aside_within_the_cycle_and_its_queu
         assert health.store_error is not None
         assert "malformed" in health.store_error
         assert health.pending_rows == 4
-        assert sum("corrupt again" in r.getMessage() for r in caplog.records) == 1
+        assert sum("checked or moved aside less than" in r.getMessage() for r in caplog.records) == 1
 
         receiver.up()
         assert service.notifier.flush(15)
@@ -514,3 +514,32 @@ def test_the_demo_dashboard_starts_its_collector_on_a_torn_store(tmp_path: Path)
         assert wait_for(lambda: new_rows(tmp_path, store) >= 3, timeout_s=20)  # the new store fills
     finally:
         app.start_runtime.clear()
+
+
+def test_a_store_too_large_to_check_in_time_is_moved_aside_by_the_first_write_that_hits_the_damage(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
+) -> None:
+    """No time for quick_check (a 0 s budget stands for a store of many GB): the start uses the store
+    unchecked; the first write into the torn page says "malformed", and that is taken as the word."""
+    store = tmp_path / "history.sqlite"
+    clock = StepClock()
+    config = make_config(store, servers, receiver)
+    run_until_paged(store, config, clock, receiver)
+    damage(store, "garbage over a page")
+    service = Service(config, clock=clock, store_check_timeout_s=0.0)
+    service.notifier.start()
+    try:
+        assert moved_files(tmp_path) == []  # not checked in time: used as it is
+        assert cycles(service, clock, 2) == [1, 1]
+        [moved] = moved_files(tmp_path)
+        health = service.collector.health()
+        assert health.store_notice is not None
+        assert "quick_check did not finish within 0 s" in health.store_notice
+        assert health.store_error is None
+        assert health.pending_rows == 0
+        assert service.notifier.flush(10)
+    finally:
+        service.stop()
+    assert samples_by_target(store) == {"k3-a": 2, "k3-b": 2}
+    assert firing_pages(receiver, "k3-b") == 1  # restored from the torn file at start, as it was readable
+    assert moved.exists()
