@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from alerts.lock import EvaluatorLock
+from collectors.errors import StoreError
 from collectors.model import CollectorHealth
+from collectors.store.integrity import store_folder_problem
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
 from views import access, data
 from views.formatting import plain
@@ -144,12 +146,16 @@ def _fill_history_in_background(config: Config, sim: SimSettings, runtime: Runti
 
     path = config.store.path
     slos = build_slos(config)
-    probe = SqliteStore(path)  # checked before the collector starts writing
     try:
-        if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and shows its gap)
-            return
-    finally:
-        probe.close()
+        probe = SqliteStore(path)  # checked before the collector starts writing
+        try:
+            if probe.count_samples() > 0:  # a restarted dashboard keeps its real history (and its gap)
+                return
+        finally:
+            probe.close()
+    except StoreError as exc:  # a torn store: the collector moves it aside as it starts; no past is made up
+        log.warning("not writing simulated history: %s", exc)
+        return
     stop = threading.Event()
     runtime.stoppers.append(stop.set)
 
@@ -182,6 +188,9 @@ def _start_collector(config: Config, runtime: Runtime) -> str:
     Only while this process holds the store's evaluator lock: with a daemon (``python -m alerts run``) already
     on the store, the dashboard only reads, or every sample and page would be written twice.
     """
+    problem = store_folder_problem(config.store.path)
+    if problem is not None:  # before the lock file beside the store: say which folder, not an OSError
+        raise StoreError(problem)
     lock = EvaluatorLock(config.store.path)
     if not lock.try_acquire():
         return f"viewer only: another evaluator ({lock.holder()}) collects and alerts on this store"
@@ -343,6 +352,11 @@ def _collector_problems(runtime: Runtime) -> None:
             f"**The {source.source} source {'cannot answer' if not source.answered else 'answers partially'}"
             "; what it cannot tell is shown as unknown, not down.** " + plain(source.problem),
             icon=":material/cloud_off:",
+        )
+    if health.store_notice:
+        st.warning(
+            f"**History store moved aside as corrupt.** {plain(health.store_notice)}",
+            icon=":material/database:",
         )
     if health.store_error:
         st.error(

@@ -22,6 +22,7 @@ from alerts.metrics import DeliveryMetrics
 from alerts.rules import build_rules
 from collectors.errors import CollectorError
 from collectors.exporter import MetricsExporter
+from collectors.store.integrity import store_folder_problem
 from config import Config, ConfigError, load_config
 
 log = logging.getLogger("specwatch.alerts")
@@ -52,6 +53,11 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    # Before the lock (a file beside the store): a read-only folder is one message naming it, exit 1.
+    problem = store_folder_problem(config.store.path)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     lock = EvaluatorLock(config.store.path)
     if args.standby:
         if not _stand_by(lock, stop):

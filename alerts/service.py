@@ -7,6 +7,7 @@ process, in the collector's thread, and never in a page script.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from alerts.notify import Notifier
 from alerts.rules import build_rules
 from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.state_store import AlertStateStore
+from alerts.store_recovery import StoreRecovery
+from collectors.errors import StoreError
 from collectors.model import TargetSnapshot
 from collectors.probes.scheduler import ProbeScheduler, start_probes
 from collectors.prometheus.history import open_history
@@ -25,9 +28,18 @@ from collectors.runner import Collector
 from collectors.secrets import Redactor
 from collectors.slo import build_slos
 from collectors.slo_ledger import SloLedger
-from collectors.store.history import HistoryStore
+from collectors.store.history import HistoryStore, SqliteStore
+from collectors.store.integrity import STORE_CHECK_TIMEOUT_S
+from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import Config
+
+log = logging.getLogger(__name__)
+
+
+def _store_file(store: HistoryStore | None) -> str | None:
+    path = getattr(store, "path", None)
+    return path if isinstance(path, str) and path else None
 
 
 class Service:
@@ -43,16 +55,25 @@ class Service:
         source: str = "config",
         external_url: str = DEFAULT_EXTERNAL_URL,
         notifier: Notifier | None = None,
+        store_check_timeout_s: float = STORE_CHECK_TIMEOUT_S,
     ) -> None:
         rules = build_rules(config.alerts.rules, source)  # ConfigError before anything is opened
         self.slos = build_slos(config, source)
         self.config = config
         self._own_store = store is None
+        # Before anything opens the file: a torn store is moved aside and a new one started (or, in a
+        # read-only folder, StoreError: the daemon's exit message, the dashboard's sidebar).
+        self.recovery = StoreRecovery(
+            _store_file(store) or config.store.path, clock=clock, check_timeout_s=store_check_timeout_s
+        )
+        salvaged = self.recovery.at_start() if store is None else None
         # source: prometheus keeps samples in Prometheus (no duplicate rows here); events/recipes stay local.
         self.store: HistoryStore = store if store is not None else open_history(config)
         path = getattr(self.store, "path", None)
         store_path = path if isinstance(path, str) and path else config.store.path
         self.alert_store = AlertStateStore(store_path)
+        if salvaged is not None:  # before restore(): a firing alert carried over is not notified again
+            self.alert_store.adopt(salvaged.instances, salvaged.queued)
         # SLO events per scope: counted before the rules run, so ErrorBudgetBurn sees this cycle's.
         self.slo_store = SloCountStore(store_path) if self.slos else None
         self.slo_ledger = SloLedger(
@@ -93,13 +114,43 @@ class Service:
         self._probe_evidence = attach_probe_evidence(rules, config)
         self.engine.restore()
         self.collector = Collector(
-            config, self.store, session=session, clock=clock, observers=[self.slo_ledger, self.engine]
+            config,
+            self.store,
+            session=session,
+            clock=clock,
+            observers=[self.slo_ledger, self.engine],
+            on_corrupt_store=self._store_corrupt,
+            store_notice=self.recovery.notice,
         )
         self.engine.watch_source(self.collector.source_health)  # SourceDown, and holding while it is blind
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
         self.probes: ProbeScheduler | None = None  # started with the collector when probes.enabled
+
+    def _store_corrupt(self, exc: BaseException) -> str | None:
+        """A cycle's write found the file damaged: move it aside, start a new store, keep the queue."""
+        salvaged = self.recovery.during_run(exc, reopen=self._create_tables)
+        if salvaged is None:
+            return None
+        try:
+            # The engine rewrites every active alert at its next evaluation (it holds them in memory);
+            # only the queued notifications need carrying over.
+            self.alert_store.adopt((), salvaged.queued)
+        except StoreError as adopt_exc:
+            log.error("queued notifications not carried over to the new store: %s", adopt_exc)
+        return self.recovery.notice
+
+    def _create_tables(self) -> None:
+        """Every table this runtime uses, in the new file (the stores' connections reopen there by
+        themselves: ``connections.mark_moved``)."""
+        path = self.recovery.path
+        for opened in (SqliteStore(path), AlertStateStore(path)):
+            opened.close()
+        if self.slo_store is not None:
+            SloCountStore(path).close()
+        if self.config.probes.enabled:
+            ProbeStore(path).close()
 
     def start(self) -> Service:
         """Scrape and evaluate every ``scrape.interval_s`` in a background thread; deliver notifications."""

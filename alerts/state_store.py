@@ -365,6 +365,28 @@ class AlertStateStore:
         except sqlite3.Error as exc:
             raise StoreError(f"alert store {self.path}: write failed: {exc}") from exc
 
+    def adopt(self, instances: Sequence[AlertInstance], queued: Sequence[Delivery]) -> None:
+        """Alert state salvaged from a store moved aside as corrupt (``alerts.salvage``), in one transaction:
+        the instances as they were, the queued notifications under their old ids (an id the notifier holds
+        in memory still names the same row)."""
+        try:
+            connection = self._connect()
+            with connection:
+                connection.executemany(
+                    _insert("INSERT OR REPLACE INTO alert_instances", _INSTANCE_COLUMNS),
+                    [_instance_row(i) for i in instances],
+                )
+                connection.executemany(
+                    _insert("INSERT OR IGNORE INTO alert_outbox", _OUTBOX_COLUMNS),
+                    [
+                        (d.id, d.receiver, d.kind, d.created_ts, d.status, d.attempts, d.next_attempt_ts,
+                         d.delivered_ts, d.last_error, d.payload, d.group_key)
+                        for d in queued
+                    ],
+                )  # fmt: skip
+        except sqlite3.Error as exc:
+            raise StoreError(f"alert store {self.path}: write failed: {exc}") from exc
+
     # -- housekeeping ----------------------------------------------------------------------------------------
     def prune(self, older_than_ts: float) -> int:
         """Drop transitions and finished deliveries older than ``older_than_ts``; queued ones are kept."""

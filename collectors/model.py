@@ -233,6 +233,8 @@ class CollectorHealth:
     targets: tuple[TargetHealth, ...]
     # The last cycle's source health: blind or partial makes targets unknown (never down).
     source: SourceHealth = SourceHealth("direct")
+    # The store was found corrupt and moved aside (which file, when, what was recovered); kept while running.
+    store_notice: str | None = None
 
 
 EventKind = Literal["restart", "recipe_change", "up", "down", "alert", "config"]

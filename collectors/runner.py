@@ -21,6 +21,7 @@ from collectors.errors import StoreError
 from collectors.model import CollectorHealth, Event, Recipe, SourceHealth, TargetHealth, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.history import HistoryStore
+from collectors.store.integrity import is_corruption
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
@@ -29,6 +30,9 @@ from config import Config, ConfigError, Target, check_no_clash, load_targets_fil
 log = logging.getLogger(__name__)
 
 CycleObserver = Callable[[Sequence[TargetSnapshot], Sequence[Event]], None]
+# Called with a failed store write that SQLite blamed on a damaged file; returns the notice if the file was
+# moved aside and a new store started at the path (``alerts.store_recovery``), else None.
+CorruptStoreHandler = Callable[[BaseException], str | None]
 
 MAX_PENDING_ROWS = 50_000  # snapshots kept in memory while the store fails (≈ 8 min of a 500-server fleet)
 MAX_PENDING_EVENTS = 10_000
@@ -74,8 +78,12 @@ class Collector:
         observers: Sequence[CycleObserver] = (),
         source: Source | None = None,
         max_pending_rows: int = MAX_PENDING_ROWS,
+        on_corrupt_store: CorruptStoreHandler | None = None,
+        store_notice: str | None = None,
     ) -> None:
         self._config = config
+        self._on_corrupt_store = on_corrupt_store
+        self._store_notice = store_notice
         self._max_pending_rows = max_pending_rows
         self._store = store
         self._clock = clock
@@ -184,6 +192,7 @@ class Collector:
             config_error=self._config_error,
             targets=self._health_targets,
             source=self._source_health,
+            store_notice=self._store_notice,
         )
 
     def source_health(self) -> SourceHealth:
@@ -395,11 +404,29 @@ class Collector:
                 self._store.append(list(self._pending_rows))
                 self._pending_rows.clear()
         except (StoreError, sqlite3.Error, OSError) as exc:
+            if self._on_corrupt_store is not None and is_corruption(exc) and self._recover_store(exc):
+                return self._flush_locked()  # into the new store (a second corruption is held back)
             self._store_failed(exc)
             return False
         if self._store_error is not None:
             log.warning("history store writes succeed again; the rows kept in memory are written")
             self._store_error = None
+        return True
+
+    def _recover_store(self, exc: BaseException) -> bool:
+        """The store file was moved aside and a new one started: write everything again from here."""
+        assert self._on_corrupt_store is not None
+        notice = self._on_corrupt_store(exc)
+        if notice is None:
+            return False
+        self._store_notice = notice
+        path = self._store_watch.path if self._store_watch is not None else None
+        self._store_watch = StoreFileWatch(path) if path else None  # the new file is the one to watch
+        self._store_file_problem = None
+        now = self._clock()
+        self._stored_recipe_ids.clear()  # the recipes in force go into the new store with the next write
+        for recipe in self._recipes.values():
+            self._pending_recipes.setdefault(recipe.recipe_id, (recipe, now))
         return True
 
     def _check_store_file(self) -> None:

@@ -1,16 +1,37 @@
 """Per-thread SQLite connections to one file in WAL mode, shared by the history and alert-state stores.
 
 Streamlit runs every rerun in a fresh thread: connections of finished threads are closed when the next one is
-opened, so a long-lived dashboard does not leak file handles.
+opened, so a long-lived dashboard does not leak file handles. A file moved aside as corrupt
+(``integrity.quarantine``) is left by every connection of this process at its next use: it reopens at the
+path, on the new store.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
 
 from collectors.errors import StoreError
+
+# (st_dev, st_ino) of store files this process moved aside: a connection still open on one is replaced.
+_MOVED: set[tuple[int, int]] = set()
+_MOVED_GUARD = threading.Lock()
+
+
+def mark_moved(device: int, inode: int) -> None:
+    """The file (device, inode) was moved aside: connections to it reopen at their path when next used."""
+    with _MOVED_GUARD:
+        _MOVED.add((device, inode))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
 
 
 class ThreadConnections:
@@ -29,6 +50,13 @@ class ThreadConnections:
     def get(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is not None and _MOVED and getattr(self._local, "identity", None) in _MOVED:
+            # Closing is safe: SQLite sees the file was renamed and neither checkpoints into it nor
+            # deletes the WAL now at the path (the new store's).
+            with self._lock:
+                self._connections.pop(threading.current_thread(), None)
+            connection.close()
+            connection = None
         if connection is None:
             try:
                 connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, check_same_thread=False)
@@ -37,6 +65,7 @@ class ThreadConnections:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open {self._what} {self.path}: {exc}") from exc
             self._local.connection = connection
+            self._local.identity = _identity(self.path)
             with self._lock:
                 for thread in [t for t in self._connections if not t.is_alive()]:
                     self._connections.pop(thread).close()
