@@ -27,7 +27,6 @@ from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
 from collectors.prometheus.history import PrometheusHistory, open_history
-from collectors.prometheus.slo_counts import prometheus_slo_counts
 from collectors.slo import Slo
 from collectors.slo_ledger import SloCounts
 from collectors.slo_report import Goodput, SloStatus, goodput, slo_scopes, slo_status, slo_statuses
@@ -86,6 +85,8 @@ class StoreReader:
             if self._slo_counts is None:
                 config = _HISTORY_CONFIGS.get(self.path)
                 if config is not None and isinstance(history, PrometheusHistory):
+                    from collectors.prometheus.slo_counts import prometheus_slo_counts
+
                     self._slo_counts = prometheus_slo_counts(config, history)
                 else:
                     self._slo_counts = SloCountStore(self.path, create=False)  # a viewer never writes

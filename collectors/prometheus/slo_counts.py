@@ -14,14 +14,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from collectors.prometheus.client import PromClient
-from collectors.prometheus.history import PrometheusHistory
 from collectors.prometheus.naming import TargetKey, by_instance
 from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.prometheus.slo_rules import SloQueries, scope_shapes
 from collectors.slo import EventCounts, Scope, Slo, build_slos
 from config import Config
+
+if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): a viewer of a SQLite store never loads it
+    from collectors.prometheus.client import PromClient
+    from collectors.prometheus.history import PrometheusHistory
 
 MINUTE_S = 60.0
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
