@@ -30,8 +30,6 @@ STORE_CHECK_TIMEOUT_S = 15.0
 SIDECARS = ("-wal", "-shm")
 _PROGRESS_STEPS = 1_000  # SQLite VM steps between deadline checks (a few microseconds)
 _PROBLEM_LINES = 3  # quick_check lines quoted in the problem (it can list thousands)
-_HEADER_BYTES = 100  # SQLite's file header
-_USER_VERSION_AT = 60  # its user_version field: 4 bytes, big-endian
 
 
 def is_corruption(exc: BaseException | None) -> bool:
@@ -117,24 +115,30 @@ def _foreign_wal(path: str) -> str | None:
     two hosts' files) reads as that database, and passes quick_check. The store id stamped in the header
     (``stamp_store_id``) tells them apart: the file's own header (as last checkpointed) against the header
     SQLite reads through the WAL."""
+    # Both reads go through SQLite: an immutable connection reads the file's own header, ignoring the WAL.
+    # Never a plain open() of the database file: closing any descriptor of it drops every POSIX lock this
+    # process holds on it (SQLite's connections' too), and another process closing its last connection then
+    # checkpoints and deletes the WAL and the shared memory from under them — disk I/O errors, then a
+    # malformed file (seen: the dashboard's history filler beside this check). SQLite's own connections
+    # keep such a descriptor open until the locks are gone.
     try:
-        with open(path, "rb") as f:
-            header = f.read(_HEADER_BYTES)
-        connection = sqlite3.connect(read_only_uri(path), uri=True, timeout=1.0)
-        try:
-            seen = int(connection.execute("PRAGMA user_version").fetchone()[0])
-        finally:
-            connection.close()
-    except (OSError, sqlite3.Error):
+        on_disk = _user_version(read_only_uri(path, immutable=True))
+        seen = _user_version(read_only_uri(path))
+    except sqlite3.Error:
         return None
-    if len(header) < _HEADER_BYTES:
-        return None
-    on_disk = int.from_bytes(header[_USER_VERSION_AT : _USER_VERSION_AT + 4], "big", signed=True)
     if on_disk == 0 or seen == on_disk:
         return None  # not stamped yet (or stamped only in its WAL so far), or the WAL is its own
     return (
         f"its WAL {path}-wal belongs to another database (store id {seen} in the WAL, {on_disk} in the file)"
     )
+
+
+def _user_version(uri: str) -> int:
+    connection = sqlite3.connect(uri, uri=True, timeout=1.0)
+    try:
+        return int(connection.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        connection.close()
 
 
 def stamp_store_id(path: str) -> None:
