@@ -60,7 +60,8 @@ class BurnCheck:
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """Shares summing to 1 (keys: step_latency/accept_length, queue/prefill, aborted/retracted), or None
-    with the reason in words; ``sentence`` says what moved, with the numbers."""
+    with the reason in words; ``sentence`` says what moved, with the numbers (only with shares: without
+    them the reason says it all)."""
 
     shares: dict[str, float] | None
     reason: str
@@ -439,7 +440,6 @@ def _split_tpot(
             None,
             f"{head}: step latency ×{step_factor:.2f} and accept length ×{accept_factor:.2f} pull opposite "
             "ways (or barely moved): no split",
-            head,
         )
     step_share, accept_share = shares
     sentence = (
@@ -463,7 +463,7 @@ def _split_ttft(
     rise = ttft - ttft0
     head = f"TTFT {_seconds(ttft0)} → {_seconds(ttft)}"
     if rise <= 0:
-        return Attribution(None, f"{head}: the mean did not rise against the baseline (a tail burned)", head)
+        return Attribution(None, f"{head}: the mean did not rise against the baseline (a tail burned)")
     queue_share = min(max((queue - queue0) / rise, 0.0), 1.0)
     sentence = (
         f"{head}: {queue_share:.0%} queueing ({_seconds(queue0)} → {_seconds(queue)}), "
