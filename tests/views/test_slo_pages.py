@@ -261,6 +261,9 @@ def test_fleet_shows_each_slo_per_deployment(slo_case: SloCase) -> None:
     assert west.fastest_burn == f"{burn('tpot-40ms', 'deployment=west', 5):.2f}× (5m)"
     assert west.burning == "page, ticket"
     assert west.firing == "page"
+    # The firing tile counts the SLO's page beside the servers' alerts (the seed fires none on a server).
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["Firing alerts"] == "1"
     east = rows[("tpot-40ms", "deployment east")]
     assert (east.budget_left, east.fastest_burn, east.burning) == (100.0, "0.00× (5m)", "")
     assert pd.isna(rows[("availability", "whole fleet")].budget_left)  # no events: unknown, not 100 %

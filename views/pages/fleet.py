@@ -67,7 +67,8 @@ def _live(ctx: PageContext) -> None:
         newest = table["last_seen_s"].min()
         blocks.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
         _banners(table, board is None)
-        _totals(fleet_frames.fleet_totals(table))
+        slo_firing = sum(len(found) for found in data.firing_slo_alerts(board).values())
+        _totals(fleet_frames.fleet_totals(table), slo_firing)
         with blocks.store_errors():  # an unreadable SLO table must not take the server table with it
             _slo_status(ctx, now_ts, board)
         shown = _filtered(table)
@@ -95,7 +96,7 @@ def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
         st.caption("Firing alerts: no alert engine data yet (the column fills once the alert engine runs).")
 
 
-def _totals(totals: fleet_frames.FleetTotals) -> None:
+def _totals(totals: fleet_frames.FleetTotals, slo_firing: int = 0) -> None:
     row1 = st.columns(4)
     row1[0].metric(
         "Servers up",
@@ -137,7 +138,14 @@ def _totals(totals: fleet_frames.FleetTotals) -> None:
         help="down: the last scrape failed; stale: no sample for 3 intervals (or never)",
         border=True,
     )
-    row2[3].metric("Firing alerts", str(totals.firing_alerts), border=True)
+    # Every firing alert: the servers' and the SLOs' (ErrorBudgetBurn is about a scope, not a server, so the
+    # server table's column never counts it; a tile of 0 beside a paging SLO would read as all clear).
+    row2[3].metric(
+        "Firing alerts",
+        str(totals.firing_alerts + slo_firing),
+        help=f"{totals.firing_alerts} on servers, {slo_firing} on SLOs (ErrorBudgetBurn, per scope)",
+        border=True,
+    )
 
 
 SLO_STATUS_CONFIG = {
