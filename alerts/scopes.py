@@ -7,7 +7,19 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from alerts.window import TargetHistory
-from collectors.slo import Slo
+from collectors.slo import Scope, Slo
+
+# Labels an ErrorBudgetBurn instance carries that are not its scope's (the scope's are e.g. deployment); the
+# last three never come from the rule but are tolerated, so a relabelled copy still reads right.
+NON_SCOPE_LABELS = frozenset(
+    {"alertname", "slo", "severity", "long_window", "short_window", "target", "recipe_id", "source"}
+)
+
+
+def alert_scope(labels: Mapping[str, str]) -> Scope:
+    """The scope an ErrorBudgetBurn instance is about: its labels but the rule's own (and empty ones); the
+    CLI and the pages read it the same way."""
+    return Scope(tuple(sorted((k, v) for k, v in labels.items() if k not in NON_SCOPE_LABELS and v)))
 
 
 def scope_target(slo: Slo, scope_key: str) -> str:

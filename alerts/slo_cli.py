@@ -19,6 +19,7 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
+from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.prometheus.history import PrometheusHistory
@@ -40,10 +41,6 @@ from collectors.store.slo_counts import SloCountStore
 from config import Config, ConfigError, load_config
 
 BURN_RULE = "ErrorBudgetBurn"
-# An ErrorBudgetBurn instance's labels beyond these are its scope's (deployment, match labels).
-NOT_SCOPE_LABELS = frozenset(
-    {"alertname", "slo", "severity", "long_window", "short_window", "target", "recipe_id", "source"}
-)
 
 
 def _number(value: float | None, digits: int = 6) -> float | None:
@@ -97,12 +94,10 @@ def firing_severities(alerts: AlertStateStore | None) -> Callable[[SloStatus], l
             instances = []
 
     def severities(status: SloStatus) -> list[str]:
-        wanted = status.scope.as_dict()
         found = {
             i.label("severity")
             for i in instances
-            if i.label("slo") == status.slo.name
-            and {k: v for k, v in i.labels_dict.items() if k not in NOT_SCOPE_LABELS} == wanted
+            if i.label("slo") == status.slo.name and alert_scope(i.labels_dict) == status.scope
         }
         return [s for s in ("page", "ticket") if s in found]
 

@@ -23,6 +23,7 @@ import pyarrow
 import streamlit as st
 
 from alerts.model import AlertInstance, AlertTransition
+from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
@@ -34,7 +35,7 @@ from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.history import HistoryStore, SqliteStore
 from collectors.store.slo_counts import SloCountStore
 from config import Config
-from views import fleet_frames, sample_bins, slo_frames
+from views import fleet_frames, sample_bins
 from views.page_context import TimeWindow, quantised_window
 
 T = TypeVar("T")
@@ -561,7 +562,7 @@ def active_frame(instances: Sequence[AlertInstance]) -> pd.DataFrame:
             a.recipe_id,
             a.suspended,
             a.label("slo"),
-            slo_frames.alert_scope(a.labels_dict).key if a.label("slo") else "",
+            alert_scope(a.labels_dict).key if a.label("slo") else "",
             a.description,
         )
         for a in instances

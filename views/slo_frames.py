@@ -15,10 +15,6 @@ from collectors.slo import REPORT_WINDOWS_S, EventCounts, Scope, Slo, budget_rem
 from collectors.slo_report import Goodput, SloStatus
 from views.formatting import DASH
 
-# Labels an ErrorBudgetBurn instance carries that are not its scope's (the scope's are e.g. deployment).
-ALERT_NON_SCOPE_LABELS = frozenset(
-    {"alertname", "slo", "severity", "long_window", "short_window", "target", "recipe_id"}
-)
 BURN_DOWN_POINTS = 500  # a 28-day period is 40,320 minutes; the chart gets at most this many
 
 
@@ -227,9 +223,3 @@ def burn_down_frame(
             keep.append(len(out) - 1)
         out = out.iloc[keep]
     return out.reset_index(drop=True)
-
-
-# -- alert instances -----------------------------------------------------------------------------------------
-def alert_scope(labels: Mapping[str, str]) -> Scope:
-    """The scope an ErrorBudgetBurn instance is about: its labels but the rule's own (and empty ones)."""
-    return Scope(tuple(sorted((k, v) for k, v in labels.items() if k not in ALERT_NON_SCOPE_LABELS and v)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from alerts.scopes import alert_scope
 from collectors.slo import EventCounts, Scope, Sli, Slo
 from collectors.slo_report import Goodput, SloStatus
 from views import slo_frames, time_charts
@@ -49,8 +50,8 @@ def test_coverage_says_how_much_of_the_period_is_stored() -> None:
 
 def test_an_alerts_scope_is_its_labels_but_the_rules_own() -> None:
     labels = {"alertname": "ErrorBudgetBurn", "slo": "ttft-1s", "severity": "page", "long_window": "1h"}
-    assert slo_frames.alert_scope(labels).key == ""
-    assert slo_frames.alert_scope({**labels, "deployment": "east", "target": ""}).key == "deployment=east"
+    assert alert_scope(labels).key == ""
+    assert alert_scope({**labels, "deployment": "east", "target": ""}).key == "deployment=east"
 
 
 def test_burn_down_chart_marks_the_empty_budget() -> None:
