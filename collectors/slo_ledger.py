@@ -307,6 +307,7 @@ class SloBackfill:
     time order, servers and stretches in any order."""
 
     def __init__(self, slos: Sequence[Slo], store: SloCountStore) -> None:
+        # Imported here: the pages import this module (SloCounts) and never read /metrics bodies.
         from collectors.direct.exposition import parse_exposition, sample_plan
 
         self._parse = parse_exposition
