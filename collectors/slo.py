@@ -376,7 +376,3 @@ def slis(slos: Iterable[Slo]) -> tuple[Sli, ...]:
     for slo in slos:
         seen.setdefault(slo.sli.key, slo.sli)
     return tuple(seen.values())
-
-
-def longest_window_s(slos: Iterable[Slo]) -> float:
-    return max((slo.window_s for slo in slos), default=0.0)

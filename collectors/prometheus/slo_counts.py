@@ -30,10 +30,6 @@ MINUTE_S = 60.0
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
 
 
-def _seconds(window_s: float) -> str:
-    return f"{max(round(window_s), 1)}s"
-
-
 class PrometheusSloCounts:
     """``SloCounts`` on Prometheus for these SLOs; ``names`` turns an (instance, job) into the target's name
     (``collectors.prometheus.naming``); ``clock`` bounds evaluation times to now."""
@@ -101,17 +97,8 @@ class PrometheusSloCounts:
         found = self._slos.get(slo)
         if found is None:
             return None
-        now = self._clock()
-        period = _seconds(found.window_s)
-        shape_labels = dict(Scope.from_key(scope).labels)
-        matchers = ", ".join(
-            [self._queries.queries.cumulative_matchers, *(f'{k}="{v}"' for k, v in shape_labels.items())]
-        )
-        expr = (
-            f"min(min_over_time(timestamp(sglang:num_requests_total{{{matchers}}})[{period}:1h]) "
-            f"or min_over_time(timestamp(sglang_num_requests_total{{{matchers}}})[{period}:1h]))"
-        )
-        samples = self._client.query(expr, at=now)
+        expr = self._queries.oldest_request(found, Scope.from_key(scope).as_dict())
+        samples = self._client.query(expr, at=self._clock())
         value = samples[0].value if samples else None
         return int(value // MINUTE_S * MINUTE_S) if value is not None and math.isfinite(value) else None
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +135,18 @@ class SloQueries:
         le = f'le=~"{le_matcher(slo.sli.threshold_s)}"'
         good = self._increase(f"{family.name}_bucket", self._matchers(slo, shape, le), window, shape.by)
         return f"clamp_min(({total}) - ({good}), 0)", f"({total}) and ({good})"
+
+    def oldest_request(self, slo: Slo, scope_labels: Mapping[str, str]) -> str:
+        """When the scope's oldest request-counter sample within the SLO's period was taken (unix s, at an
+        hour's resolution): how much of the period Prometheus holds."""
+        matchers = ", ".join(
+            [self.queries.cumulative_matchers, *(f'{k}="{v}"' for k, v in sorted(scope_labels.items()))]
+        )
+        window = window_name(slo.window_s)
+        return (
+            f"min(min_over_time(timestamp(sglang:{REQUESTS.name}{{{matchers}}})[{window}:1h]) "
+            f"or min_over_time(timestamp(sglang_{REQUESTS.name}{{{matchers}}})[{window}:1h]))"
+        )
 
     def error_ratio(self, slo: Slo, shape: ScopeShape, window_s: float) -> str:
         """Bad ÷ total over the window per scope; no series without events (no traffic is unknown)."""
