@@ -26,7 +26,8 @@ from collectors.store.integrity import store_folder_problem
 from config import Config, ConfigError, load_config
 
 log = logging.getLogger("specwatch.alerts")
-_STANDBY_POLL_S = 1.0
+# A free flock() try: polling it often keeps a takeover well inside two scrape intervals.
+_STANDBY_POLL_S = 0.2
 _STOP_DEADLINE_S = 8.0
 # The kernel may deliver SIGTERM to any thread (the scrape loop's epoll, a notifier); Python runs the handler
 # only when the main thread next wakes, and an untimed Event.wait() never does. Waiting in slices wakes it.

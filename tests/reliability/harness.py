@@ -26,6 +26,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.arrived_at: list[float] = []  # time.monotonic() of each body, beside it
         self.lock = threading.Lock()
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
@@ -49,6 +50,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with owner.lock:
                     owner.bodies.append(json.loads(body))
+                    owner.arrived_at.append(time.monotonic())
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
