@@ -142,7 +142,7 @@ def write_sim_history(
 def _fill_history_in_background(config: Config, sim: SimSettings, runtime: Runtime, end_ts: float) -> None:
     """An empty store starts with ``sim.history_h`` hours of the scenario (see ``write_sim_history``)."""
     from collectors.slo import build_slos
-    from collectors.store.history import SqliteStore
+    from collectors.store.sqlite_store import SqliteStore
 
     path = config.store.path
     slos = build_slos(config)

@@ -38,7 +38,7 @@ from collectors.secrets import safe_url
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
 from collectors.slo_report import slo_scopes
-from collectors.store.history import HistoryStore
+from collectors.store.sqlite_store import HistoryStore
 from config import DeliverySettings
 
 log = logging.getLogger(__name__)

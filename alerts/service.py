@@ -23,15 +23,15 @@ from alerts.store_recovery import StoreRecovery
 from collectors.errors import StoreError
 from collectors.model import TargetSnapshot
 from collectors.probes.scheduler import ProbeScheduler, start_probes
-from collectors.prometheus.history import open_history
+from collectors.prometheus.promql_history import open_history
 from collectors.runner import Collector
 from collectors.secrets import Redactor
 from collectors.slo import build_slos
 from collectors.slo_ledger import SloLedger
-from collectors.store.history import HistoryStore, SqliteStore
 from collectors.store.integrity import STORE_CHECK_TIMEOUT_S
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
+from collectors.store.sqlite_store import HistoryStore, SqliteStore
 from config import Config
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any
 from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
-from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.promql_history import PrometheusHistory
 from collectors.prometheus.slo_counts import prometheus_slo_counts
 from collectors.slo import REPORT_WINDOWS_S, Scope, build_slos
 from collectors.slo_ledger import SloCounts
@@ -35,9 +35,9 @@ from collectors.slo_report import (
     slo_statuses,
     target_deployments,
 )
-from collectors.store.history import HistoryStore, SqliteStore
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
+from collectors.store.sqlite_store import HistoryStore, SqliteStore
 from config import Config, ConfigError, load_config
 
 BURN_RULE = "ErrorBudgetBurn"

@@ -20,7 +20,7 @@ from alerts.model import AlertTransition
 from alerts.rules import build_rules
 from alerts.service import Service
 from alerts.state_store import AlertStateStore
-from collectors.direct.exposition import parse_exposition
+from collectors.direct.metrics_reader import parse_exposition
 from collectors.model import Signals, TargetSnapshot
 from config import load_config
 from sim.fleet import SimFleet

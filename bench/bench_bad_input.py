@@ -20,7 +20,7 @@ from pathlib import Path
 
 from alerts.model import AlertState, AlertTransition
 from alerts.payloads import outbox_items
-from collectors.direct.exposition import parse_exposition
+from collectors.direct.metrics_reader import parse_exposition
 from collectors.errors import BadExposition
 from config import load_targets_file
 

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from bench import bench_pages
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from tests.loopback import CHROMIUM, CHROMIUM_ARGS, free_port, stop_group, wait_healthy
 from views.menu import PAGES
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from collectors.transport import SCRAPE_LOOP, make_session
 from config import Config, Target, parse_config
 

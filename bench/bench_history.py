@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 
 INTERVAL_S = 5.0
 DAY_S = 24 * 3600.0

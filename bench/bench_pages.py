@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 from streamlit.testing.v1 import AppTest
 
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from collectors.store.tiers import TIERS
 from sim.fill import fill_store
 from views import data

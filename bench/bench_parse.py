@@ -1,4 +1,4 @@
-"""Parse benchmark: samples/s of ``collectors.direct.exposition`` on the golden body vs prometheus_client.
+"""Parse benchmark: samples/s of ``collectors.direct.metrics_reader`` on the golden body vs prometheus_client.
 
 Baseline (same run, same body): ``prometheus_client.parser.text_string_to_metric_families``, fully consumed,
 which is what a collector built on the library would pay to get the same few samples. Target: ≥ 10× faster.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.direct.exposition import parse_exposition
+from collectors.direct.metrics_reader import parse_exposition
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
 TARGET_SPEEDUP = 10.0

@@ -23,8 +23,8 @@ import yaml
 
 from collectors.probes.scheduler import ProbeScheduler
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
 from collectors.store.probes import ProbeStore
+from collectors.store.sqlite_store import SqliteStore
 from config import ProbeSettings, ScrapeSettings, parse_config
 
 SERVERS = 4

@@ -25,10 +25,10 @@ import requests
 
 from collectors.errors import CollectorError
 from collectors.model import SIGNAL_NAMES, Recipe
-from collectors.prometheus.history import PrometheusHistory
+from collectors.prometheus.promql_history import PrometheusHistory
+from collectors.prometheus.promql_source import PrometheusSource
 from collectors.prometheus.recording_rules import render_rules
-from collectors.prometheus.source import PrometheusSource
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import Config, Target, parse_config
 
 FLEET_POINTS = 150  # views.pages.fleet.FLEET_SERIES_POINTS: the Fleet chart's points per target

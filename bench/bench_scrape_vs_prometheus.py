@@ -20,9 +20,9 @@ costs it ~0.1–0.3 cores at 1,000 servers; what the collector parses per scrape
 Measured 2026-12-02 (``python -m bench scrape-vs-prometheus``, 40 s windows after 30 s warm-up, 2 shared
 cores): see the README's Benchmarks table. In the morning whole bodies cost 0.85–0.92 ms per server-scrape
 (0.54–0.73× Prometheus); py-spy at 1,000 servers put the line-by-line parse at 45%, aiohttp at 28%. In the
-evening, after the Aho-Corasick reader (``collectors/direct/exposition.py``), ISA-L as aiohttp's gzip backend
-(zlib's inflate had become ~18% of the busy samples) and URLs built once per target: 0.49 / 0.50–0.57 /
-0.52–0.69 ms at 100 / 500 / 1,000 servers against Prometheus's 1.34–1.66 ms, 0.30–0.42× in two runs; the
+evening, after the Aho-Corasick reader (``collectors/direct/metrics_reader.py``), ISA-L as aiohttp's gzip
+backend (zlib's inflate had become ~18% of the busy samples) and URLs built once per target: 0.49 / 0.50–0.57
+/ 0.52–0.69 ms at 100 / 500 / 1,000 servers against Prometheus's 1.34–1.66 ms, 0.30–0.42× in two runs; the
 whole body now costs what the ``name[]``-filtered one does. What remains per scrape (py-spy, busy samples):
 aiohttp's request cycle ~20%, the SQLite append (runner thread) ~15%, the reader ~15%, socket reads ~10%.
 

@@ -26,7 +26,7 @@ import requests
 from collectors.model import Signals, TargetSnapshot
 from config import load_config
 from sim.fleet import SimFleet
-from sim.history import synthesize_history
+from sim.sampler import synthesize_history
 
 SERVERS = 500
 INTERVAL_S = 5.0

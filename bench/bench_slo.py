@@ -30,13 +30,13 @@ from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from bench.bench_fleet import golden_servers
 from collectors.direct.derive import derive_signals
-from collectors.direct.exposition import parse_exposition, sample_plan
+from collectors.direct.metrics_reader import parse_exposition, sample_plan
 from collectors.model import TargetSnapshot
 from collectors.runner import Collector
 from collectors.slo import build_slos, counter_for, kept_samples, slis
 from collectors.slo_ledger import SloLedger
-from collectors.store.history import SqliteStore
 from collectors.store.slo_counts import SloCountStore
+from collectors.store.sqlite_store import SqliteStore
 from config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]

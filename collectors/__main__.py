@@ -22,7 +22,7 @@ from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
 from collectors.probes.cli import probe
 from collectors.probes.scheduler import start_probes
-from collectors.prometheus.history import open_history
+from collectors.prometheus.promql_history import open_history
 from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
 from config import Config, ConfigError, load_config

@@ -20,8 +20,8 @@ import requests
 from collectors.errors import StoreError
 from collectors.model import CollectorHealth, Event, Recipe, SourceHealth, TargetHealth, TargetSnapshot
 from collectors.source import Source, make_source
-from collectors.store.history import HistoryStore
 from collectors.store.integrity import is_corruption
+from collectors.store.sqlite_store import HistoryStore
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
@@ -107,7 +107,7 @@ class Collector:
         self._session = session if session is not None else make_session(len(self._targets))
         self._own_source = True
         if source is None and config.source == "prometheus":
-            from collectors.prometheus.history import PrometheusHistory
+            from collectors.prometheus.promql_history import PrometheusHistory
 
             if isinstance(store, PrometheusHistory):
                 # One Prometheus source per process: the history store's (it closes it).

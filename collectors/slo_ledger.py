@@ -308,7 +308,7 @@ class SloBackfill:
 
     def __init__(self, slos: Sequence[Slo], store: SloCountStore) -> None:
         # Imported here: the pages import this module (SloCounts) and never read /metrics bodies.
-        from collectors.direct.exposition import parse_exposition, sample_plan
+        from collectors.direct.metrics_reader import parse_exposition, sample_plan
 
         self._parse = parse_exposition
         self._plan = sample_plan(kept_samples(slos))

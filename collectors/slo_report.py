@@ -27,7 +27,7 @@ from collectors.slo import (
     burn_rate,
 )
 from collectors.slo_ledger import SloCounts
-from collectors.store.history import HistoryStore
+from collectors.store.sqlite_store import HistoryStore
 
 GOODPUT_WINDOW_S = 300.0
 # The attribution compares the last quarter hour with the latest quarter hour before it that did not burn:

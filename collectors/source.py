@@ -48,12 +48,12 @@ def make_source(
 ) -> Source:
     """The source ``config.source`` names."""
     if config.source == "direct":
-        from collectors.direct.source import DirectSource
+        from collectors.direct.direct_source import DirectSource
         from collectors.slo import build_slos, slis
 
         return DirectSource(config.scrape, targets, clock=clock, slis=slis(build_slos(config)))
     if config.source == "prometheus":
-        from collectors.prometheus.source import PrometheusSource
+        from collectors.prometheus.promql_source import PrometheusSource
 
         return PrometheusSource(config, targets, session=session, clock=clock)
     raise ConfigError("<config>", "source", "'direct' or 'prometheus'", config.source)

@@ -6,7 +6,7 @@ project.
 """
 
 from sim.fleet import SimFleet, start_fleet
-from sim.history import synthesize_history
+from sim.sampler import synthesize_history
 from sim.server import SimServer
 
 __all__ = ["SimFleet", "SimServer", "start_fleet", "synthesize_history"]

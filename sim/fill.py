@@ -29,9 +29,9 @@ import numpy as np
 
 from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
 from collectors.store.bulk import HistoryLoader
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from collectors.store.tiers import MINUTE_TIER, Batch, FloatArray
-from sim.history import WINDOW_SAMPLES, Sampler, sim_server
+from sim.sampler import WINDOW_SAMPLES, Sampler, sim_server
 from sim.scenario import expand_servers, load_scenario
 
 # Decode-log windows: the simulated engine's cost is per window (~0.12 ms), so the fill publishes one every

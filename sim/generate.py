@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim import mechanism as mech
-from sim.engine import ServerEngine
+from sim.server_engine import ServerEngine
 
 BYTES_PER_TOKEN = 4.6  # the simulated tokenizer (not the prober's 4.0 guess, so its calibration is exercised)
 PROBE_NOISE_REL = 0.015  # request-to-request content noise of one probe's acceptance

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim import mechanism as mech
-from sim.engine import ServerEngine
 from sim.recipes import BASE_SERVER_ARGS, SGLANG_VERSION
+from sim.server_engine import ServerEngine
 from sim.values import GRAPH_MEMORY_GB, STARTUP_S
 
 _FLAGS = {  # server arg → CLI flag, for the launch_command line

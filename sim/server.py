@@ -21,14 +21,14 @@ from prometheus_client.exposition import choose_encoder
 
 from collectors.model import Event, Recipe
 from config import Target
-from sim.engine import ServerEngine
-from sim.exposition import Renderer
 from sim.families import Identity, MetricValues, SglangCollector
 from sim.generate import generate
 from sim.info import model_info, models_list, server_info
+from sim.metrics_render import Renderer
 from sim.names import Names, requested_names, restrict
 from sim.recipes import recipe_of, resolve_server_args
 from sim.scenario import Action, ServerSpec
+from sim.server_engine import ServerEngine
 from sim.values import metric_values
 from sim.workload import Workload
 

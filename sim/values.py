@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim import mechanism as mech
-from sim.engine import NEW_TOKEN_RATIO, ServerEngine
 from sim.families import FamilyValues, HistogramValue, MetricValues
 from sim.ledger import Histogram
+from sim.server_engine import NEW_TOKEN_RATIO, ServerEngine
 
 STREAMS = ("true", "false")
 ROUTING_BOUNDS = ("0", "1", "2", "3", "5", "7", "10", "20", "50", "100", "200", "+Inf")

@@ -32,7 +32,7 @@ HTTP_SENDERS = (
     "collectors.runner",
     "collectors.probes.sender",
     "collectors.prometheus.client",
-    "collectors.prometheus.source",
+    "collectors.prometheus.promql_source",
     "alerts.notify",
     "alerts.delivery_http",
     "alerts.service",

@@ -21,7 +21,7 @@ from alerts.window import TargetHistory
 from collectors.model import Recipe, SourceHealth, TargetSnapshot
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.store.history import HistoryStore
+from collectors.store.sqlite_store import HistoryStore
 from config import ConfigError
 
 

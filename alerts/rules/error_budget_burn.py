@@ -24,7 +24,7 @@ from collectors.prometheus.slo_rules import window_name
 from collectors.slo import Scope, Slo, budget_remaining
 from collectors.slo_ledger import SloCounts
 from collectors.slo_report import Attribution, BurnCheck, attribute, burn_checks
-from collectors.store.history import HistoryStore
+from collectors.store.sqlite_store import HistoryStore
 
 SEVERITY_KEYS = ("page", "ticket")
 ATTRIBUTION_EVERY_S = 60.0  # the attribution reads history: at most once a minute per burning instance

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from collectors.direct.exposition import SIGNAL_SAMPLES
+from collectors.direct.metrics_reader import SIGNAL_SAMPLES
 from collectors.model import SIGNAL_NAMES, Recipe, Signals
 from collectors.signals import (
     BY_NAME,

@@ -22,7 +22,7 @@ import aiohttp
 import urllib3.exceptions
 from yarl import URL
 
-from collectors.direct.exposition import SIGNAL_SAMPLES, Exposition, SamplePlan, parse_exposition
+from collectors.direct.metrics_reader import SIGNAL_SAMPLES, Exposition, SamplePlan, parse_exposition
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,

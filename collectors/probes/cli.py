@@ -16,7 +16,7 @@ from types import FrameType
 from collectors.errors import CollectorError
 from collectors.probes.prober import ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
-from collectors.prometheus.history import open_history
+from collectors.prometheus.promql_history import open_history
 from collectors.runner import Collector
 from collectors.store.probes import ProbeStore
 from config import Config

@@ -24,7 +24,7 @@ from config import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): a viewer of a SQLite store never loads it
     from collectors.prometheus.client import PromClient
-    from collectors.prometheus.history import PrometheusHistory
+    from collectors.prometheus.promql_history import PrometheusHistory
 
 MINUTE_S = 60.0
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from collectors.errors import StoreError
 from collectors.model import TargetSnapshot
-from collectors.store.history import INSERT_RAW, UPSERT_LATEST_IF_NEWER, SqliteStore, sample_row
+from collectors.store.sqlite_store import INSERT_RAW, UPSERT_LATEST_IF_NEWER, SqliteStore, sample_row
 from collectors.store.tiers import ROLLUP_COLUMNS, TIERS, Batch, partial_rows, upsert_sql
 
 Row = Sequence[object]

@@ -18,7 +18,7 @@ from alerts.engine import AlertEngine
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from collectors.direct.derive import CounterState, derive_signals
-from collectors.direct.exposition import parse_exposition
+from collectors.direct.metrics_reader import parse_exposition
 from collectors.model import Recipe, TargetSnapshot
 from sim.fleet import SimFleet
 

@@ -17,7 +17,7 @@ from alerts.rules.target_down import TargetDownSettings
 from alerts.state_store import AlertStateStore
 from alerts.window import TargetHistory
 from collectors.model import Recipe
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from tests.alerts.conftest import Clock, recipe, snap
 
 FAST = {

@@ -14,7 +14,7 @@ from alerts.model import AlertState, AlertTransition
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from collectors.model import SourceHealth, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from tests.alerts.conftest import Clock, snap
 
 URL = "http://prometheus.example:9090"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.direct.derive import CUMULATIVE_SAMPLES, CounterState, derive_signals, detect_reset
-from collectors.direct.exposition import SIGNAL_SAMPLES, parse_exposition
+from collectors.direct.metrics_reader import SIGNAL_SAMPLES, parse_exposition
 from collectors.model import SIGNAL_NAMES, Recipe
 from tests.collectors.bodies import SERVER_INFO, Load, render
 

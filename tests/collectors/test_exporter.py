@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.exporter import MetricsExporter, parse_listen
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import ConfigError, parse_config
 from tests.collectors.servers import FakeSGLang, refused_url
 

@@ -21,8 +21,8 @@ from collectors.probes.prober import PROBE_HEADER, RID_PREFIX, ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
 from collectors.probes.sender import Prober
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
 from collectors.store.probes import ProbeStore
+from collectors.store.sqlite_store import SqliteStore
 from config import Config, ConfigError, load_config, parse_config
 from sim import mechanism as mech
 from sim.fleet import SimFleet

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from collectors.direct.source import DirectSource
+from collectors.direct.direct_source import DirectSource
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from collectors.transport import make_session
 from config import Config, Target, load_config, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load

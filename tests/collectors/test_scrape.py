@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
+from collectors.direct.direct_source import DirectSource
 from collectors.direct.scrape import Fetcher, scrape_metrics
-from collectors.direct.source import DirectSource
 from collectors.errors import (
     BadExposition,
     HTTPStatusError,

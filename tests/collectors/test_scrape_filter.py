@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from collectors.direct.exposition import parse_exposition
+from collectors.direct.metrics_reader import parse_exposition
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher, scrape_metrics
 from sim.fleet import SimFleet
 from tests.collectors.conftest import scrape_settings, target

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from collectors.direct.derive import apply_plain_decoding, derive_signals
-from collectors.direct.exposition import SAMPLE_MATCH, SIGNAL_SAMPLES
+from collectors.direct.metrics_reader import SAMPLE_MATCH, SIGNAL_SAMPLES
 from collectors.model import SIGNAL_NAMES, Signals
 from collectors.prometheus import queries
 from collectors.prometheus.queries import SignalQueries

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alerts.service import Service
 from alerts.slo_cli import run as run_slo_cli
-from collectors.direct.exposition import parse_exposition, sample_plan
+from collectors.direct.metrics_reader import parse_exposition, sample_plan
 from collectors.model import TargetSnapshot
 from collectors.probes.prober import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples

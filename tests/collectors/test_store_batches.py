@@ -14,7 +14,7 @@ import pytest
 from collectors.model import Signals, TargetSnapshot
 from collectors.store import columns as store_columns
 from collectors.store.columns import SampleColumns
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 SIGNALS = ("accept_length", "running", "output_tok_s", "ttft_s")

@@ -12,7 +12,7 @@ import pytest
 
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.columns import RawTail, SampleColumns
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from views.sample_bins import ANALYSIS_SIGNALS
 from views.scaling import SATURATION_SIGNALS
 

@@ -13,8 +13,8 @@ import pytest
 
 from collectors.errors import StoreError
 from collectors.model import TargetSnapshot
-from collectors.store.history import SqliteStore
 from collectors.store.integrity import check_store, is_corruption, quarantine, stamp_store_id
+from collectors.store.sqlite_store import SqliteStore
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 

@@ -4,7 +4,7 @@ import threading
 from pathlib import Path
 
 from collectors.model import Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 
 
 def test_connections_of_finished_threads_are_closed(tmp_path: Path) -> None:

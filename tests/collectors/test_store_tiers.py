@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
-from collectors.store.history import SCHEMA_VERSION, SqliteStore
+from collectors.store.sqlite_store import SCHEMA_VERSION, SqliteStore
 
 DAY_S = 86_400.0
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600  # on an hour: every tier's buckets line up with the data

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from collectors.direct.derive import derive_signals
-from collectors.direct.exposition import parse_exposition
-from collectors.direct.source import DirectSource
+from collectors.direct.direct_source import DirectSource
+from collectors.direct.metrics_reader import parse_exposition
 from collectors.model import Recipe, Signals, TargetSnapshot
 from tests.collectors.bodies import Load
 from tests.collectors.conftest import scrape_settings, target

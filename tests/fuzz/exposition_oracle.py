@@ -1,5 +1,5 @@
 """The line-by-line exposition reader as it stood at commit 28d2e8c (before the family-block reader): the
-oracle the property tests hold ``collectors.direct.exposition.parse_exposition`` to. Frozen: do not "fix" it;
+oracle the property tests hold ``collectors.direct.metrics_reader.parse_exposition`` to. Frozen: do not "fix" it;
 it is what the fast reader must agree with on every body the old reader accepted.
 """
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.direct.exposition import SIGNAL_SAMPLES, Exposition, parse_exposition
+from collectors.direct.metrics_reader import SIGNAL_SAMPLES, Exposition, parse_exposition
 from collectors.errors import BadExposition
 from tests.collectors.bodies import OPENMETRICS_ACCEPT, TEXT_ACCEPT, Load, render
 from tests.fuzz import exposition_oracle as oracle

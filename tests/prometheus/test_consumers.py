@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from alerts.service import Service
-from collectors.prometheus.source import PrometheusSource
-from collectors.store.history import SqliteStore
+from collectors.prometheus.promql_source import PrometheusSource
+from collectors.store.sqlite_store import SqliteStore
 from config import Config
 from tests.prometheus.engines import Engine, StaticServer, source_config
 from views import data

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from collectors.prometheus.source import PrometheusSource
+from collectors.prometheus.promql_source import PrometheusSource
 from tests.prometheus.engines import Engine, StaticServer, source_config, wait_scraped
 from tests.prometheus.golden import SERVER_INFO
 

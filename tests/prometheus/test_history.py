@@ -10,8 +10,8 @@ import pytest
 
 from collectors.errors import QueryError, StoreError
 from collectors.model import Event, Recipe
-from collectors.prometheus.history import PrometheusHistory, open_history
-from collectors.store.history import SqliteStore
+from collectors.prometheus.promql_history import PrometheusHistory, open_history
+from collectors.store.sqlite_store import SqliteStore
 from config import Config
 from tests.prometheus.engines import Engine, StaticServer, free_port, source_config, wait_scraped
 

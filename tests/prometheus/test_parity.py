@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from collectors.direct.source import DirectSource
+from collectors.direct.direct_source import DirectSource
 from collectors.model import SIGNAL_NAMES, TargetSnapshot
-from collectors.prometheus.source import PrometheusSource
+from collectors.prometheus.promql_source import PrometheusSource
 from config import Target, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load, render
 from tests.collectors.servers import FakeSGLang, Handler, send

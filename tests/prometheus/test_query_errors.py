@@ -13,7 +13,7 @@ import pytest
 
 from collectors.errors import QueryError
 from collectors.prometheus.client import PromClient
-from collectors.prometheus.source import PrometheusSource
+from collectors.prometheus.promql_source import PrometheusSource
 from config import parse_config
 from tests.prometheus.engines import Engine, StaticServer, free_port, source_config
 

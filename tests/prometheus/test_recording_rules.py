@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from collectors.prometheus.promql_source import PrometheusSource
 from collectors.prometheus.recording_rules import recordings, render_rules
-from collectors.prometheus.source import PrometheusSource
 from config import parse_config
 from tests.prometheus.engines import PROMTOOL, Engine, StaticServer, source_config
 

@@ -22,8 +22,8 @@ import yaml
 from alerts.service import Service
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
-from collectors.prometheus.history import PrometheusHistory
-from collectors.prometheus.source import PrometheusSource
+from collectors.prometheus.promql_history import PrometheusHistory
+from collectors.prometheus.promql_source import PrometheusSource
 from config import Config, parse_config
 from tests.loopback import free_port
 from tests.prometheus.fake_api import FakePrometheus
@@ -86,7 +86,7 @@ def test_a_partial_answer_leaves_the_missing_targets_unknown_and_says_so(
         assert all(s.up for s in _cycles(service, 2).values())
         fake.warnings = ["partial response: store 10.0.0.7:10901 did not answer"]
         fake.visible = kept  # half the series are gone from every query
-        with caplog.at_level(logging.WARNING, logger="collectors.prometheus.source"):
+        with caplog.at_level(logging.WARNING, logger="collectors.prometheus.promql_source"):
             snapshots = _cycles(service, 5)
         health = service.collector.health().source
         metrics = requests.get(exporter.url, timeout=5).text
@@ -136,7 +136,7 @@ def test_a_blind_prometheus_pages_once_about_itself_and_never_about_its_targets(
         assert all(s.up for s in _cycles(service, 2).values())
         fake.status = 500  # and it echoes the credential it was sent
         fake.raw_body = f'{{"status":"error","errorType":"internal","error":"bad token {SECRET}"}}'.encode()
-        with caplog.at_level(logging.ERROR, logger="collectors.prometheus.source"):
+        with caplog.at_level(logging.ERROR, logger="collectors.prometheus.promql_source"):
             blind = _cycles(service, 4)
         health = service.collector.health().source
         during = service.engine.active()
@@ -224,7 +224,7 @@ def test_a_partial_range_answer_is_logged_once_and_still_read(
     history = PrometheusHistory(_config(fake, tmp_path))
     fake.warnings = [f"store 10.0.0.7:10901 did not answer (token {SECRET})"]
     try:
-        with caplog.at_level(logging.WARNING, logger="collectors.prometheus.history"):
+        with caplog.at_level(logging.WARNING, logger="collectors.prometheus.promql_history"):
             frames = [history.read_samples(0.0, 600.0) for _ in range(3)]
     finally:
         history.close()

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.direct.source import DirectSource
+from collectors.direct.direct_source import DirectSource
 from collectors.model import TargetSnapshot
-from collectors.prometheus.history import PrometheusHistory
-from collectors.prometheus.source import PrometheusSource
+from collectors.prometheus.promql_history import PrometheusHistory
+from collectors.prometheus.promql_source import PrometheusSource
 from config import Config, parse_config
 from sim.fleet import SimFleet
 from tests.prometheus.engines import PROMTOOL, Engine, source_config

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import parse_config
 from tests.collectors.bodies import Load, render
 from tests.collectors.servers import FakeSGLang, Handler, send

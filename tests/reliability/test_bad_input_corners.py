@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.direct import exposition
+from collectors.direct import metrics_reader
 from collectors.model import RECIPE_FLAGS
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import ConfigError, load_config, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load, render
 from tests.collectors.servers import FakeSGLang, Handler, LoopbackServer, Route, send
@@ -269,7 +269,7 @@ def cache_chars() -> int:
     """Characters held by the signals' label cache (heads, raw blocks and label values)."""
     return sum(
         len(head) + len(raw) + sum(len(v) for _, v in (key[1] if key else ()))
-        for head, (key, _, raw) in exposition.sample_plan().series.items()
+        for head, (key, _, raw) in metrics_reader.sample_plan().series.items()
     )
 
 

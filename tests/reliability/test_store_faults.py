@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from alerts.service import Service
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import Config, parse_config
 from tests.collectors.servers import FakeSGLang
 from tests.reliability.harness import integrity, samples_by_target, tmpfs

@@ -21,7 +21,7 @@ from alerts.notify import Notifier
 from alerts.state_store import AlertStateStore
 from collectors.exporter import MetricsExporter
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import parse_config
 from tests.alerts.hostile_receivers import hostile_receiver, ok
 from tests.collectors.servers import FakeSGLang

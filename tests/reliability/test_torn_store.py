@@ -29,8 +29,8 @@ import yaml
 from alerts.model import AlertState
 from alerts.service import Service
 from collectors.model import TargetSnapshot
-from collectors.store.history import SqliteStore
 from collectors.store.integrity import stamp_store_id
+from collectors.store.sqlite_store import SqliteStore
 from config import Config, load_config, parse_config
 from tests.collectors.servers import FakeSGLang, wait_for
 from tests.reliability.harness import Receiver, integrity, samples_by_target, tmpfs

@@ -15,7 +15,7 @@ import pytest
 from collectors.errors import QueryError
 from collectors.prometheus.client import PromClient
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import parse_config
 from tests.collectors.bodies import Load, render
 from tests.collectors.servers import Handler, LoopbackServer, drip, endless, send

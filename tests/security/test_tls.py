@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from collectors.runner import Collector
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import ConfigError, parse_config
 from tests.security.tls import HTTPSFakeSGLang, make_cert
 

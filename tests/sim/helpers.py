@@ -9,8 +9,8 @@ from contextlib import closing
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.engine import ServerEngine
 from sim.recipes import resolve_server_args
+from sim.server_engine import ServerEngine
 from sim.workload import Load, Workload
 
 PROMETHEUS_ACCEPT = (

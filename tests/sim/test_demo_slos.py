@@ -10,8 +10,8 @@ from pathlib import Path
 import app
 from collectors.slo import Scope, build_slos
 from collectors.slo_report import slo_status
-from collectors.store.history import SqliteStore
 from collectors.store.slo_counts import SloCountStore
+from collectors.store.sqlite_store import SqliteStore
 from config import SimSettings, load_config
 
 DEFAULT = Path(__file__).resolve().parents[2] / "config" / "default.yaml"

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from sim.engine import ServerEngine
 from sim.fleet import SimFleet
 from sim.recipes import resolve_server_args
+from sim.server_engine import ServerEngine
 from sim.workload import Load, Workload
 
 SHIPPED = resolve_server_args({"speculative_dspark_block_size": 3})

@@ -15,7 +15,7 @@ import yaml
 
 import sim.fill as fill_module
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from sim.fill import Segment, demo_history, fill_store, write_history
 
 ROOT = Path(__file__).resolve().parents[2]

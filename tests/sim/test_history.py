@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from collectors.model import Event, Recipe, TargetSnapshot
-from sim.history import synthesize_history
+from sim.sampler import synthesize_history
 
 END = 1_800_000_000.0
 

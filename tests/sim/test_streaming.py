@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.engine import ServerEngine
 from sim.recipes import resolve_server_args
+from sim.server_engine import ServerEngine
 from sim.values import metric_values
 from sim.workload import Load, Workload
 

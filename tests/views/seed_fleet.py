@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from alerts.model import AlertInstance, AlertState, AlertTransition, to_pairs
 from alerts.state_store import AlertStateStore
 from collectors.model import Event, Recipe, Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 
 STEP_S = 15.0  # sample spacing; the fixture config scrapes every 15 s so "stale" means > 45 s
 HISTORY_S = 50 * 60.0  # inside the default 1 h range, and ≤ 300 samples per target (no SQL bucketing)

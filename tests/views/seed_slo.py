@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from alerts.model import AlertInstance, AlertState, to_pairs
 from alerts.state_store import AlertStateStore
 from collectors.model import Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
 from collectors.store.slo_counts import MinuteRow, SloCountStore, TargetRow
+from collectors.store.sqlite_store import SqliteStore
 
 MINUTES = 240  # four hours of minutes
 BURN_MINUTES = 110  # the newest 110 minutes burn

@@ -19,7 +19,7 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 from collectors.model import Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from tests.views.conftest import APP_TIMEOUT_S, SeedCase, page_test, write_config
 from views.menu import PAGES
 

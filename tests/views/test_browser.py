@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from tests.loopback import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, free_port, stop_group, wait_healthy
 from views.menu import PAGES
 

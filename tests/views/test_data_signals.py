@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from collectors.model import Signals, TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from views import data
 from views.page_context import TimeWindow
 from views.sample_bins import ANALYSIS_SIGNALS

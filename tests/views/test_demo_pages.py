@@ -18,10 +18,10 @@ from streamlit.testing.v1 import AppTest
 
 import app
 from collectors.model import TargetSnapshot
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import SimSettings
 from sim import calibration as cal
-from sim.history import synthesize_history
+from sim.sampler import synthesize_history
 from tests.views.conftest import page_test, write_config
 from views.menu import PAGES
 

@@ -10,8 +10,8 @@ import pytest
 
 from collectors.model import Signals, TargetSnapshot
 from collectors.probes.prober import ProbeResult
-from collectors.store.history import SqliteStore
 from collectors.store.probes import ProbeStore
+from collectors.store.sqlite_store import SqliteStore
 from tests.views.conftest import page_test, write_config
 from tests.views.test_pages import assert_clean, chart_data, frame, markdown
 

@@ -1,4 +1,4 @@
-"""Every page on an hour of the simulated demo fleet's history (sim.history), as `make run` shows it."""
+"""Every page on an hour of the simulated demo fleet's history (sim.sampler), as `make run` shows it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collectors.model import TargetSnapshot
-from collectors.store.history import SqliteStore
-from sim.history import synthesize_history
+from collectors.store.sqlite_store import SqliteStore
+from sim.sampler import synthesize_history
 from tests.views.conftest import page_test, write_config
 from views.menu import PAGES
 from views.pages import slo as slo_page

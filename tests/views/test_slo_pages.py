@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from collectors.model import TargetSnapshot
 from collectors.slo import REPORT_WINDOWS_S, build_slos
-from collectors.store.history import SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import parse_config
 from tests.views import seed_slo as fx
 from tests.views.conftest import page_test, write_config

@@ -25,12 +25,12 @@ from collectors.prometheus.naming import TargetKey, by_instance, instance_of_nam
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.recipe_labels import recipe_from_labels
 from collectors.signals import BY_NAME, Expr, Inverse, Product, Ref
-from collectors.store.history import HistoryStore, SqliteStore
+from collectors.store.sqlite_store import HistoryStore, SqliteStore
 from config.settings import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where a PrometheusHistory is built
     from collectors.prometheus.client import RangeSeries
-    from collectors.prometheus.source import PrometheusSource
+    from collectors.prometheus.promql_source import PrometheusSource
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class PrometheusHistory:
         if source is None:
             # Here, not at the top: a viewer of a SQLite store imports this module too (open_history), and
             # the source's client brings requests/urllib3 with it. Only a PrometheusHistory needs it.
-            from collectors.prometheus.source import PrometheusSource
+            from collectors.prometheus.promql_source import PrometheusSource
 
             source = PrometheusSource(config)
         self._source = source

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from collectors.direct.derive import CounterState, derive_signals, detect_reset, is_restart
-from collectors.direct.exposition import sample_plan
+from collectors.direct.metrics_reader import sample_plan
 from collectors.direct.scrape import METRICS_PATH, Fetcher, metrics_path, scrape_metrics_async
 from collectors.direct.server_info import fetch_recipe_async
 from collectors.errors import ScrapeError, ScrapeTimeout
