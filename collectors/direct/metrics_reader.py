@@ -426,6 +426,8 @@ def _read_fast(reader: _Reader, plan: _Plan, data: bytes) -> int | bool | None:
             elif _is_eof(data, start + 1):
                 eof = start + 1
                 break
+    if eof is not None and data[eof:].partition(b"\n")[2].strip():
+        return False  # content after "# EOF": an error, and only the line-by-line read knows if one came first
     if not kept and not data.startswith(_PREFIXES_BYTES):
         return False
     names = plan.names

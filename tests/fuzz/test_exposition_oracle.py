@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collectors.direct.metrics_reader import SIGNAL_SAMPLES, Exposition, parse_exposition
@@ -51,6 +51,12 @@ def assert_agrees(
     lines=st.lists(sample_line() | junk_line, max_size=25),
     trailing_newline=st.booleans(),
     content_type=st.sampled_from(CONTENT_TYPES),
+)
+# Found by this test in a full run: a bad line before "# EOF" is the error, not the content after it.
+@example(
+    lines=["sglang:spec_accept_length 0", "A", "# EOF", "sglang:spec_accept_length 0"],
+    trailing_newline=True,
+    content_type=None,
 )
 def test_random_lines_read_as_the_old_reader_read_them(
     lines: list[str], trailing_newline: bool, content_type: str | None
