@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
 from alerts.promql import Exported, PromQL
-from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting, tokens
+from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting
 from alerts.window import TargetHistory
+from analysis.words import tokens
 from collectors.model import Recipe, TargetSnapshot
 
 

@@ -16,10 +16,11 @@ from statistics import NormalDist
 
 from alerts.model import Condition, Evaluation
 from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number, show
-from alerts.rules.base import Rule, RuleSettings, no_data, percent, setting, tokens
+from alerts.rules.base import Rule, RuleSettings, no_data, percent, setting
 from alerts.rules.probe_evidence import ProbeEvidence, probe_decay
-from alerts.stats import LineFit, fit_line, quantile
 from alerts.window import TargetHistory
+from analysis.stats import LineFit, fit_line, quantile
+from analysis.words import tokens
 from collectors.model import Recipe, TargetSnapshot, loss_shares
 
 LOW_PHI, HIGH_PHI = 0.1, 0.9  # the "ends" of the context range: robust to a few outlying cycles
