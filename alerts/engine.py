@@ -32,12 +32,12 @@ from alerts.scopes import ScopeCache, scope_members, scope_target
 from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
 from alerts.window import TargetHistory, snapshots_from_frame
+from analysis.slo_budget import slo_scopes
 from collectors.errors import StoreError
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.secrets import safe_url
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.slo_report import slo_scopes
 from collectors.store.sqlite_store import HistoryStore
 from config import DeliverySettings
 

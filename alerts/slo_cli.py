@@ -21,12 +21,8 @@ from typing import Any
 
 from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
-from collectors.errors import StoreError
-from collectors.prometheus.promql_history import PrometheusHistory
-from collectors.prometheus.slo_counts import prometheus_slo_counts
-from collectors.slo import REPORT_WINDOWS_S, Scope, build_slos
-from collectors.slo_ledger import SloCounts
-from collectors.slo_report import (
+from analysis.slo_budget import REPORT_WINDOWS_S
+from analysis.slo_report import (
     Goodput,
     ProbeGoodput,
     SloStatus,
@@ -35,6 +31,11 @@ from collectors.slo_report import (
     slo_statuses,
     target_deployments,
 )
+from collectors.errors import StoreError
+from collectors.prometheus.promql_history import PrometheusHistory
+from collectors.prometheus.slo_counts import prometheus_slo_counts
+from collectors.slo import Scope, build_slos
+from collectors.slo_ledger import SloCounts
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from collectors.store.sqlite_store import HistoryStore, SqliteStore

@@ -10,9 +10,10 @@ An SLI counts events per window from SGLang's cumulative series, reset-safe:
   ``_count`` counts tokens: the SLI is then the share of *tokens* on time (said wherever it is shown).
 - ``availability``: total = ``num_requests_total``, bad = ``num_aborted_requests_total``.
 
-Renderings: ``event_counts`` (the direct source, per scrape: the change since the previous scrape),
-``collectors.prometheus.slo_rules`` (PromQL: ``increase`` over a window, Sloth's recording rules), the alert
-rule ``ErrorBudgetBurn`` and the reports (``collectors.slo_report``) through the functions below.
+Renderings: ``event_counts`` (the direct source, per scrape: the change since the previous scrape) and
+``collectors.prometheus.slo_rules`` (PromQL: ``increase`` over a window, Sloth's recording rules). The
+error-budget arithmetic on the counts (burn rates, budget left, attribution, goodput) is ``analysis.slo_*``:
+the pages, the CLI and the alert rule ``ErrorBudgetBurn`` read it from there.
 """
 
 from __future__ import annotations
@@ -51,15 +52,6 @@ SLI_WORDS = {
     "tpot": "requests whose time per output token is at most {t}",
     "e2e": "requests whose end-to-end latency is at most {t}",
     "availability": "requests not aborted",
-}
-# The windows every report shows burn rates over (the CLI's ``burn_rate`` keys).
-REPORT_WINDOWS_S: dict[str, float] = {
-    "5m": 300.0,
-    "30m": 1800.0,
-    "1h": 3600.0,
-    "6h": 21600.0,
-    "1d": 86400.0,
-    "3d": 259200.0,
 }
 # The SRE workbook's multi-window, multi-burn-rate conditions for a 30-day period: (long s, short s, factor).
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -280,29 +272,6 @@ def missing_reason(sli: Sli, values: Mapping[str, float]) -> str | None:
             )
     names = " or ".join(f"sglang:{f.name}" for f in sli.families)
     return f"no {names} histogram on the server"
-
-
-# -- the arithmetic ------------------------------------------------------------------------------------------
-def error_ratio(counts: EventCounts) -> float | None:
-    """Bad ÷ total; None without events (no traffic is not a perfect score)."""
-    return counts.bad / counts.total if counts.total > 0 else None
-
-
-def attainment(counts: EventCounts) -> float | None:
-    """Good ÷ total; None without events."""
-    return counts.good / counts.total if counts.total > 0 else None
-
-
-def burn_rate(counts: EventCounts, objective: float) -> float | None:
-    """How fast the budget burns: error ratio ÷ (1 − objective); 1 spends exactly the budget per period."""
-    ratio = error_ratio(counts)
-    return ratio / (1.0 - objective) if ratio is not None else None
-
-
-def budget_remaining(counts: EventCounts, objective: float) -> float | None:
-    """Share of the period's error budget left: 1 − error ratio ÷ (1 − objective) (negative: overspent)."""
-    rate = burn_rate(counts, objective)
-    return 1.0 - rate if rate is not None else None
 
 
 def scaled_conditions(

@@ -1,4 +1,5 @@
-"""Imports go one way: app → views → alerts → collectors → config; sim uses config, the model and the store.
+"""Imports go one way: app → views → alerts → analysis → collectors → config; sim uses config, the model and
+the store.
 
 An ``ast`` walk over every module (imports inside functions included), so a layering slip fails CI at once.
 """
@@ -11,24 +12,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("app", "views", "alerts", "collectors", "config", "sim", "bench")
+PROJECT = ("app", "views", "alerts", "analysis", "collectors", "config", "sim", "bench")
 
 # Project packages each layer may import (itself always allowed).
 ALLOWED: dict[str, set[str]] = {
     "config": set(),
     "collectors": {"config"},
-    "alerts": {"collectors", "config"},
-    "views": {"alerts", "collectors", "config"},
+    # The analyses (scaling, confidence, capacity, the loss split, SLO arithmetic) serve the pages, the CLI
+    # and the rules alike, so they know nothing of any of them.
+    "analysis": {"collectors", "config"},
+    "alerts": {"analysis", "collectors", "config"},
+    "views": {"alerts", "analysis", "collectors", "config"},
     # sim describes servers with the collector's data model, and `python -m sim history` writes a history
     # store the way the collector does (its store and its errors; never the scraping side).
     "sim": {"config", "collectors.model", "collectors.store", "collectors.errors"},
-    "app": {"views", "alerts", "collectors", "config", "sim"},
+    "app": {"views", "alerts", "analysis", "collectors", "config", "sim"},
     # Benchmarks measure whole pages, so they may drive the entry point like the tests do.
-    "bench": {"app", "views", "alerts", "collectors", "config", "sim"},
+    "bench": {"app", "views", "alerts", "analysis", "collectors", "config", "sim"},
 }
 # Third-party modules a layer must never import.
 FORBIDDEN: dict[str, set[str]] = {
     "collectors": {"streamlit"},
+    "analysis": {"streamlit", "requests", "aiohttp"},
     "alerts": {"streamlit"},
     "config": {"streamlit", "requests"},
     "views": {"requests"},
@@ -96,6 +101,29 @@ def test_the_walk_catches_a_violation(tmp_path: Path) -> None:
     ]
     assert violations("sim", {"collectors.model", "collectors.model.Signals", "config"}) == []
     assert violations("sim", {"collectors.runner"}) != []
+
+
+def test_the_walk_catches_an_analysis_reaching_up(tmp_path: Path) -> None:
+    """An analysis that imports a page, a rule, streamlit or an HTTP client fails; the layers above may use
+    it, the collectors below may not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import requests\nfrom views.fleet_frames import STATUS_UP\n\n"
+        "def f():\n    import streamlit as st\n    from alerts.rules import build_rules\n"
+    )
+    assert violations("analysis", imported_names(bad, "analysis")) == [
+        "alerts.rules (analysis may import only ['collectors', 'config'])",
+        "alerts.rules.build_rules (analysis may import only ['collectors', 'config'])",
+        "requests (never imported by analysis)",
+        "streamlit (never imported by analysis)",
+        "views.fleet_frames (analysis may import only ['collectors', 'config'])",
+        "views.fleet_frames.STATUS_UP (analysis may import only ['collectors', 'config'])",
+    ]
+    assert violations("alerts", {"analysis.stats", "analysis.stats.fit_line"}) == []
+    assert violations("views", {"analysis.capacity"}) == []
+    assert violations("collectors", {"analysis.slo_report"}) == [
+        "analysis.slo_report (collectors may import only ['config'])"
+    ]
 
 
 def test_pages_import_shared_blocks_not_each_other() -> None:

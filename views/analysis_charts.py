@@ -11,6 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from analysis.fraction import FractionRatio, Log2Fit
 from views.chart_style import (
     BINDING_COLORS,
     K_TOKENS_LABEL,
@@ -20,7 +21,6 @@ from views.chart_style import (
     thin,
     top_chart,
 )
-from views.fraction import FractionRatio, Log2Fit
 
 
 # -- context and batch -------------------------------------------------------------------------------------
@@ -144,8 +144,9 @@ def _binding_color() -> alt.Color:
     )
 
 
-def pools_scatter(capacity: pd.DataFrame, binds_at: float) -> TopChart:
-    """Each server as a point: KV usage (x) against state-pool usage (y); above the diagonal, state binds."""
+def pools_scatter(capacity: pd.DataFrame, state_binds_at: float, kv_binds_at: float) -> TopChart:
+    """Each server as a point: KV usage (x) against state-pool usage (y); above the diagonal, state binds.
+    Dotted rules: where each pool binds (its alert's ``fire_at``)."""
     data = capacity[["server", "recipe", "kv_usage", "state_pool_usage", "binding", "queued"]].dropna(
         subset=["kv_usage", "state_pool_usage"]
     )
@@ -174,9 +175,9 @@ def pools_scatter(capacity: pd.DataFrame, binds_at: float) -> TopChart:
         .mark_line(color="#aaa", strokeDash=[4, 4])
         .encode(x="x:Q", y="y:Q")
     )
-    limit = pd.DataFrame({"v": [binds_at]})
-    h_rule = alt.Chart(limit).mark_rule(color="#e45756", strokeDash=[2, 2]).encode(y="v:Q")
-    v_rule = alt.Chart(limit).mark_rule(color="#4c78a8", strokeDash=[2, 2]).encode(x="v:Q")
+    state_limit, kv_limit = pd.DataFrame({"v": [state_binds_at]}), pd.DataFrame({"v": [kv_binds_at]})
+    h_rule = alt.Chart(state_limit).mark_rule(color="#e45756", strokeDash=[2, 2]).encode(y="v:Q")
+    v_rule = alt.Chart(kv_limit).mark_rule(color="#4c78a8", strokeDash=[2, 2]).encode(x="v:Q")
     return top_chart(alt.layer(diagonal, h_rule, v_rule, points).properties(height=320))
 
 

@@ -13,8 +13,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from analysis import sample_bins
 from collectors.errors import CollectorError
-from views import data, fleet_frames, sample_bins
+from views import data, fleet_frames
 from views.chart_style import TopChart
 from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP
 from views.formatting import format_age

@@ -18,6 +18,7 @@ BINDING_COLORS = {
     "state pool": "#e45756",
     "KV cache": "#4c78a8",
     "request cap": "#f58518",
+    "near": "#eeca3b",
     "admission": "#b279a2",
     "none": "#9d9d9d",
 }

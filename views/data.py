@@ -25,17 +25,19 @@ import streamlit as st
 from alerts.model import AlertInstance, AlertTransition
 from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
+from analysis import sample_bins
+from analysis.slo_budget import slo_scopes
+from analysis.slo_report import Goodput, SloStatus, goodput, slo_status, slo_statuses
 from collectors.errors import StoreError
 from collectors.model import SIGNAL_NAMES, FlagValue, TargetSnapshot
 from collectors.prometheus.promql_history import PrometheusHistory, open_history
 from collectors.slo import Slo
 from collectors.slo_ledger import SloCounts
-from collectors.slo_report import Goodput, SloStatus, goodput, slo_scopes, slo_status, slo_statuses
 from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.slo_counts import SloCountStore
 from collectors.store.sqlite_store import HistoryStore, SqliteStore
 from config import Config
-from views import fleet_frames, sample_bins
+from views import fleet_frames
 from views.page_context import TimeWindow, quantised_window
 
 T = TypeVar("T")

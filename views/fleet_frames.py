@@ -45,12 +45,6 @@ FLEET_COLUMNS: tuple[str, ...] = (
 )
 
 
-def measured_tok_s_per_request(frame: pd.DataFrame) -> pd.Series:
-    """Output tok/s ÷ running requests: the counter-measured per-request rate (NaN when idle or unknown)."""
-    running = frame["running"].where(frame["running"] > 0)
-    return frame["output_tok_s"] / running
-
-
 def fleet_table(
     latest: pd.DataFrame,
     *,

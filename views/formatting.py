@@ -1,4 +1,5 @@
-"""The one home for formatting numbers and words on the pages: tiles, ages, ratios, token counts, escaping.
+"""The one home for formatting numbers and words on the pages: tiles, ages, percentages, escaping (ratios and
+token counts, which the analyses' sentences also write, are ``analysis.words``).
 
 None or NaN is unknown and shows as an em dash, never as 0.
 """
@@ -46,16 +47,3 @@ def format_age(seconds: float | None) -> str:
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.1f} h ago"
     return f"{seconds / 86400:.1f} d ago"
-
-
-def times(value: float) -> str:
-    """'6.35×' — a ratio as the seed writes it."""
-    return f"{value:.2f}×"
-
-
-# -- bins ----------------------------------------------------------------------------------------------------
-def tokens_label(n: float) -> str:
-    """A token count as the seed writes it: 1024 → "1K", 65536 → "64K", 1500 → "1500"."""
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n / 1024:.0f}K"
-    return f"{n:.0f}"

@@ -1,6 +1,6 @@
 """Pure shaping of SLO reports for the SLO page and the Fleet status: words, tables, the burn-down series.
 
-No streamlit here: ``collectors.slo_report``'s records in, DataFrames and sentences out; tests call it
+No streamlit here: ``analysis.slo_report``'s records in, DataFrames and sentences out; tests call it
 directly.
 Unknown (no events) stays None and shows as an em dash, never as 100 % or 0.
 """
@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from collectors.slo import REPORT_WINDOWS_S, EventCounts, Scope, Slo, budget_remaining
-from collectors.slo_report import Goodput, SloStatus
+from analysis.slo_budget import REPORT_WINDOWS_S, budget_remaining
+from analysis.slo_report import Goodput, SloStatus
+from collectors.slo import EventCounts, Scope, Slo
 from views.formatting import DASH
 
 BURN_DOWN_POINTS = 500  # a 28-day period is 40,320 minutes; the chart gets at most this many

@@ -1,6 +1,8 @@
 """The alert rules, one module each, and the registry that builds them from ``alerts.rules.<Name>`` config.
 
-Adding a rule is one module plus one line in ``RULES``; names are fixed, so config can only tune them.
+Adding a rule is one module plus one line in ``RULES``; names are fixed, so config can only tune them. The
+levels a page shares with a rule are read from the built rules here (``capacity_thresholds``), never
+restated.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from alerts.rules.radix_waste import RadixCacheWaste
 from alerts.rules.source_down import SourceDown
 from alerts.rules.state_pool import StatePoolSaturation
 from alerts.rules.target_down import TargetDown
+from analysis.capacity import CapacityThresholds
 from config import ConfigError
 
 RULES: dict[str, type[Rule[Any]]] = {
@@ -71,9 +74,36 @@ def validate_rules(raw: Mapping[str, Any] | None, source: str = "config") -> Non
     build_rules(raw, source)
 
 
+def capacity_thresholds(raw: Mapping[str, Any] | None = None, source: str = "config") -> CapacityThresholds:
+    """The levels the Capacity verdict judges by, from the rules as configured (defaults where not set):
+    a pool binds where its saturation alert fires and is near from where a firing one recovers, and radix
+    waste is RadixCacheWaste's condition. ConfigError as ``build_rules``."""
+    rules = {rule.name: rule for rule in build_rules(raw, source)}
+    state = rules[StatePoolSaturation.name].settings
+    kv = rules[KVPoolSaturation.name].settings
+    radix = rules[RadixCacheWaste.name].settings
+    return CapacityThresholds(
+        state_pool_binds_at=state.fire_at,
+        state_pool_near_at=state.recover_below,
+        min_queued=state.min_queued,
+        kv_binds_at=kv.fire_at,
+        kv_near_at=kv.recover_below,
+        radix_max_hit_rate=radix.max_hit_rate,
+        radix_state_pool_at=radix.state_pool_at,
+    )
+
+
 def settings_reference() -> dict[str, list[SettingDoc]]:
     """Every rule's settings with defaults and help: the docs' config reference."""
     return {name: document_settings(rule.settings_class) for name, rule in RULES.items()}
 
 
-__all__ = ["RULES", "Rule", "RuleSettings", "build_rules", "settings_reference", "validate_rules"]
+__all__ = [
+    "RULES",
+    "Rule",
+    "RuleSettings",
+    "build_rules",
+    "capacity_thresholds",
+    "settings_reference",
+    "validate_rules",
+]

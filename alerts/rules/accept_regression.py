@@ -13,13 +13,17 @@ from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
 from alerts.promql import Exported, PromQL
-from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting, tokens
+from alerts.rules.base import Rule, mean_signal, no_data, percent, setting
+from alerts.rules.threshold import Bound, ThresholdSettings
 from alerts.window import TargetHistory
+from analysis.words import tokens
 from collectors.model import Recipe, TargetSnapshot
 
 
 @dataclass(frozen=True, kw_only=True)
-class RegressionSettings(RuleSettings):
+class RegressionSettings(ThresholdSettings):
+    bounds = (Bound("accept length or throughput fall", "noise_band", "recover_band"),)  # the settings check
+
     for_s: float = setting(300.0, "Seconds the regression must persist before it fires.", ge=0)
     keep_firing_for_s: float = setting(
         300.0, "Seconds it keeps firing after the regression was last seen.", ge=0
@@ -42,11 +46,6 @@ class RegressionSettings(RuleSettings):
     context_tolerance: float = setting(
         0.5, "Accept length is compared only when mean context differs by at most this fraction.", ge=0
     )
-
-    def problems(self) -> list[tuple[str, str, object]]:
-        if self.recover_band > self.noise_band:
-            return [("recover_band", f"a value <= noise_band ({self.noise_band:g})", self.recover_band)]
-        return []
 
 
 def _comparable(now: float | None, before: float | None, tolerance: float) -> bool:

@@ -16,17 +16,21 @@ from statistics import NormalDist
 
 from alerts.model import Condition, Evaluation
 from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number, show
-from alerts.rules.base import Rule, RuleSettings, no_data, percent, setting, tokens
+from alerts.rules.base import Rule, no_data, percent, setting
 from alerts.rules.probe_evidence import ProbeEvidence, probe_decay
-from alerts.stats import LineFit, fit_line, quantile
+from alerts.rules.threshold import Bound, ThresholdSettings
 from alerts.window import TargetHistory
+from analysis.stats import LineFit, fit_line, quantile
+from analysis.words import tokens
 from collectors.model import Recipe, TargetSnapshot, loss_shares
 
 LOW_PHI, HIGH_PHI = 0.1, 0.9  # the "ends" of the context range: robust to a few outlying cycles
 
 
 @dataclass(frozen=True, kw_only=True)
-class AcceptanceDecaySettings(RuleSettings):
+class AcceptanceDecaySettings(ThresholdSettings):
+    bounds = (Bound("fitted accept-length fall", "noise_band", "recover_band"),)  # the settings check
+
     severity: str = setting("critical", "The severity label sent with the alert.")
     for_s: float = setting(120.0, "Seconds the decay must persist before it fires.", ge=0)
     keep_firing_for_s: float = setting(300.0, "Seconds it keeps firing after the decay was last seen.", ge=0)
@@ -62,11 +66,6 @@ class AcceptanceDecaySettings(RuleSettings):
     probe_min_recent: int = setting(
         2, "Probes of the server within window_s needed to judge on probes.", ge=1
     )
-
-    def problems(self) -> list[tuple[str, str, object]]:
-        if self.recover_band > self.noise_band:
-            return [("recover_band", f"a value <= noise_band ({self.noise_band:g})", self.recover_band)]
-        return []
 
 
 @dataclass(frozen=True, slots=True)

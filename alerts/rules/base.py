@@ -267,11 +267,3 @@ def no_data(reason: str) -> Evaluation:
 
 def percent(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
-
-
-def tokens(count: float) -> str:
-    """Context sizes as people say them: 900, 8.2K, 64K."""
-    if count < 1024:
-        return f"{count:.0f}"
-    kilo = count / 1024
-    return f"{kilo:.0f}K" if kilo >= 10 else f"{kilo:.1f}K"

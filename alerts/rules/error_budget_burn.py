@@ -18,12 +18,13 @@ from alerts.model import Condition, Evaluation, to_pairs
 from alerts.promql import Exported, PromQL, duration
 from alerts.rules.base import Rule, RuleSettings, setting
 from alerts.window import TargetHistory
+from analysis.slo_attribution import Attribution, attribute
+from analysis.slo_budget import BurnCheck, budget_remaining, burn_checks
 from collectors.model import Recipe
 from collectors.prometheus import slo_rules
 from collectors.prometheus.slo_rules import window_name
-from collectors.slo import Scope, Slo, budget_remaining
+from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.slo_report import Attribution, BurnCheck, attribute, burn_checks
 from collectors.store.sqlite_store import HistoryStore
 
 SEVERITY_KEYS = ("page", "ticket")

@@ -9,45 +9,38 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule, hysteresis, number
-from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting
+from alerts.model import Evaluation
+from alerts.promql import Exported, PromQL, alert_rule
+from alerts.rules.base import mean_signal, no_data, percent, setting
+from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
 from collectors.model import Recipe
 
 
 @dataclass(frozen=True, kw_only=True)
-class KVPoolSettings(RuleSettings):
+class KVPoolSettings(ThresholdSettings):
+    bounds = (Bound("kv_usage", "fire_at", "recover_below"),)
+
     for_s: float = setting(60.0, "Seconds the KV cache must stay full before it fires.", ge=0)
     keep_firing_for_s: float = setting(60.0, "Seconds it keeps firing after KV last looked full.", ge=0)
     window_s: float = setting(30.0, "Seconds over which KV usage is averaged.", gt=0)
     fire_at: float = setting(0.95, "KV usage (0–1) at or above which it fires.", gt=0, le=1)
     recover_below: float = setting(0.90, "KV usage (0–1) below which a firing alert recovers.", gt=0, le=1)
 
-    def problems(self) -> list[tuple[str, str, object]]:
-        if self.recover_below > self.fire_at:
-            return [("recover_below", f"a value <= fire_at ({self.fire_at:g})", self.recover_below)]
-        return []
 
-
-class KVPoolSaturation(Rule[KVPoolSettings]):
+class KVPoolSaturation(ThresholdRule[KVPoolSettings]):
     name = "KVPoolSaturation"
     settings_class = KVPoolSettings
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
     ) -> Sequence[Evaluation]:
-        s = self.settings
         window = self.window(history, now)
-        kv = mean_signal(window, "kv_usage")
+        means = self.means(window)
+        kv = means["kv_usage"]
         if kv is None:
             return [no_data("KV usage unknown")]
-        if kv >= s.fire_at:
-            condition = Condition.BREACH
-        elif kv < s.recover_below:
-            condition = Condition.CLEAR
-        else:
-            condition = Condition.HOLD
+        condition = self.condition(means)
         pool = mean_signal(window, "state_pool_usage")
         queued = mean_signal(window, "queued")
         beside = f"; state pool at {percent(pool)}" if pool is not None else ""
@@ -73,11 +66,10 @@ class KVPoolSaturation(Rule[KVPoolSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        kv = q.mean("kv_usage", s.window_s)
         return Exported(
             alert_rule(
                 self.name,
-                hysteresis(f"{kv} >= {number(s.fire_at)}", f"{kv} >= {number(s.recover_below)}", self.name),
+                self.exported_expr(q),
                 for_s=s.for_s,
                 keep_firing_for_s=s.keep_firing_for_s,
                 severity=s.severity,

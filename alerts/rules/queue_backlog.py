@@ -5,15 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule, hysteresis, number
-from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, setting
+from alerts.model import Evaluation
+from alerts.promql import Exported, PromQL, alert_rule
+from alerts.rules.base import mean_signal, no_data, percent, setting
+from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
 from collectors.model import Recipe
 
 
 @dataclass(frozen=True, kw_only=True)
-class QueueBacklogSettings(RuleSettings):
+class QueueBacklogSettings(ThresholdSettings):
+    bounds = (
+        Bound("queued", "max_queued", "recover_queued"),
+        Bound("ttft_s", "max_ttft_s", "recover_ttft_s"),
+    )
+
     for_s: float = setting(120.0, "Seconds the backlog must last before it fires.", ge=0)
     keep_firing_for_s: float = setting(
         60.0, "Seconds it keeps firing after the backlog last looked bad.", ge=0
@@ -24,39 +30,22 @@ class QueueBacklogSettings(RuleSettings):
     max_ttft_s: float = setting(30.0, "Mean time to first token (s) at or above which it fires.", gt=0)
     recover_ttft_s: float = setting(15.0, "Mean time to first token (s) below which it recovers.", ge=0)
 
-    def problems(self) -> list[tuple[str, str, object]]:
-        found: list[tuple[str, str, object]] = []
-        if self.recover_queued > self.max_queued:
-            found.append(
-                ("recover_queued", f"a value <= max_queued ({self.max_queued:g})", self.recover_queued)
-            )
-        if self.recover_ttft_s > self.max_ttft_s:
-            found.append(
-                ("recover_ttft_s", f"a value <= max_ttft_s ({self.max_ttft_s:g})", self.recover_ttft_s)
-            )
-        return found
 
-
-class QueueBacklog(Rule[QueueBacklogSettings]):
+class QueueBacklog(ThresholdRule[QueueBacklogSettings]):
     name = "QueueBacklog"
     settings_class = QueueBacklogSettings
+    fires_on_any = True  # a long queue or a slow first token: either is a backlog
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
     ) -> Sequence[Evaluation]:
         s = self.settings
         window = self.window(history, now)
-        queued = mean_signal(window, "queued")
-        ttft = mean_signal(window, "ttft_s")
+        means = self.means(window)
+        queued, ttft = means["queued"], means["ttft_s"]
         if queued is None and ttft is None:
             return [no_data("queue length and TTFT unknown")]
-        breach = (queued is not None and queued >= s.max_queued) or (
-            ttft is not None and ttft >= s.max_ttft_s
-        )
-        recovered = (queued is None or queued < s.recover_queued) and (
-            ttft is None or ttft < s.recover_ttft_s
-        )
-        condition = Condition.BREACH if breach else Condition.CLEAR if recovered else Condition.HOLD
+        condition = self.condition(means)  # an unknown one neither fires nor holds the alert up
         parts = []
         if queued is not None:
             parts.append(f"{queued:.0f} requests queued")
@@ -85,15 +74,10 @@ class QueueBacklog(Rule[QueueBacklogSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        queued, ttft = q.mean("queued", s.window_s), q.mean("ttft_s", s.window_s)
         return Exported(
             alert_rule(
                 self.name,
-                hysteresis(
-                    f"{queued} >= {number(s.max_queued)}\n  or {ttft} >= {number(s.max_ttft_s)}",
-                    f"{queued} >= {number(s.recover_queued)}\n  or {ttft} >= {number(s.recover_ttft_s)}",
-                    self.name,
-                ),
+                self.exported_expr(q),
                 for_s=s.for_s,
                 keep_firing_for_s=s.keep_firing_for_s,
                 severity=s.severity,

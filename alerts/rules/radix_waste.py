@@ -11,14 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number
-from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, recipe_of, setting
+from alerts.promql import JOIN, Exported, PromQL, alert_rule, number
+from alerts.rules.base import no_data, percent, recipe_of, setting
+from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
 from collectors.model import Recipe
 
 
 @dataclass(frozen=True, kw_only=True)
-class RadixWasteSettings(RuleSettings):
+class RadixWasteSettings(ThresholdSettings):
+    bounds = (
+        Bound("cache_hit_rate", "max_hit_rate", "recover_hit_rate", falling=True),
+        Bound("state_pool_usage", "state_pool_at", "recover_state_pool_below"),
+    )
+
     severity: str = setting("info", "The severity label sent with the alert.")
     for_s: float = setting(300.0, "Seconds the waste must persist before it fires.", ge=0)
     keep_firing_for_s: float = setting(120.0, "Seconds it keeps firing after the waste was last seen.", ge=0)
@@ -35,28 +41,8 @@ class RadixWasteSettings(RuleSettings):
     )
     min_running: float = setting(1.0, "Traffic floor: an idle server does not fire.", ge=0)
 
-    def problems(self) -> list[tuple[str, str, object]]:
-        found: list[tuple[str, str, object]] = []
-        if self.recover_hit_rate < self.max_hit_rate:
-            found.append(
-                (
-                    "recover_hit_rate",
-                    f"a value >= max_hit_rate ({self.max_hit_rate:g})",
-                    self.recover_hit_rate,
-                )
-            )
-        if self.recover_state_pool_below > self.state_pool_at:
-            found.append(
-                (
-                    "recover_state_pool_below",
-                    f"a value <= state_pool_at ({self.state_pool_at:g})",
-                    self.recover_state_pool_below,
-                )
-            )
-        return found
 
-
-class RadixCacheWaste(Rule[RadixWasteSettings]):
+class RadixCacheWaste(ThresholdRule[RadixWasteSettings]):
     name = "RadixCacheWaste"
     settings_class = RadixWasteSettings
 
@@ -74,16 +60,11 @@ class RadixCacheWaste(Rule[RadixWasteSettings]):
         running = window[-1].signals.running if window else None
         if running is not None and running < s.min_running:
             return [Evaluation(Condition.CLEAR, None, "", "idle: below the traffic floor")]
-        hit = mean_signal(window, "cache_hit_rate")
-        pool = mean_signal(window, "state_pool_usage")
+        means = self.means(window)
+        hit, pool = means["cache_hit_rate"], means["state_pool_usage"]
         if hit is None or pool is None:
             return [no_data("cache hit rate or state-pool usage unknown")]
-        if hit < s.max_hit_rate and pool >= s.state_pool_at:
-            condition = Condition.BREACH
-        elif hit >= s.recover_hit_rate or pool < s.recover_state_pool_below:
-            condition = Condition.CLEAR
-        else:
-            condition = Condition.HOLD
+        condition = self.condition(means)
         return [
             Evaluation(
                 condition,
@@ -109,7 +90,6 @@ class RadixCacheWaste(Rule[RadixWasteSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        hit, pool = q.mean("cache_hit_rate", s.window_s), q.mean("state_pool_usage", s.window_s)
         # Prometheus sees no recipe: radix-cached (evictable) slots exist only with the radix cache on, so
         # they stand in for disable_radix_cache. The traffic floor reads the latest running count, as the
         # engine reads its window's last snapshot.
@@ -120,13 +100,7 @@ class RadixCacheWaste(Rule[RadixWasteSettings]):
         return Exported(
             alert_rule(
                 self.name,
-                hysteresis(
-                    f"{hit} < {number(s.max_hit_rate)}\n  and on ({JOIN}) {pool} >= "
-                    f"{number(s.state_pool_at)}" + context,
-                    f"{hit} < {number(s.recover_hit_rate)}\n  and on ({JOIN}) {pool} >= "
-                    f"{number(s.recover_state_pool_below)}" + context,
-                    self.name,
-                ),
+                self.exported_expr(q, also=context),
                 for_s=s.for_s,
                 keep_firing_for_s=s.keep_firing_for_s,
                 severity=s.severity,

@@ -9,15 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from alerts.model import Condition, Evaluation
-from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number
-from alerts.rules.base import Rule, RuleSettings, mean_signal, no_data, percent, recipe_of, setting
+from alerts.model import Evaluation
+from alerts.promql import Exported, PromQL, alert_rule
+from alerts.rules.base import mean_signal, no_data, percent, recipe_of, setting
+from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
 from collectors.model import Recipe
 
 
 @dataclass(frozen=True, kw_only=True)
-class StatePoolSettings(RuleSettings):
+class StatePoolSettings(ThresholdSettings):
+    bounds = (Bound("state_pool_usage", "fire_at", "recover_below"), Bound("queued", "min_queued"))
+
     severity: str = setting("critical", "The severity label sent with the alert.")
     for_s: float = setting(60.0, "Seconds the pool must stay saturated before it fires.", ge=0)
     keep_firing_for_s: float = setting(
@@ -34,31 +37,20 @@ class StatePoolSettings(RuleSettings):
         1.0, "Mean queued requests needed to fire (a full pool with no queue is fine).", gt=0
     )
 
-    def problems(self) -> list[tuple[str, str, object]]:
-        if self.recover_below > self.fire_at:
-            return [("recover_below", f"a value <= fire_at ({self.fire_at:g})", self.recover_below)]
-        return []
 
-
-class StatePoolSaturation(Rule[StatePoolSettings]):
+class StatePoolSaturation(ThresholdRule[StatePoolSettings]):
     name = "StatePoolSaturation"
     settings_class = StatePoolSettings
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
     ) -> Sequence[Evaluation]:
-        s = self.settings
         window = self.window(history, now)
-        pool = mean_signal(window, "state_pool_usage")
-        queued = mean_signal(window, "queued")
+        means = self.means(window)
+        pool, queued = means["state_pool_usage"], means["queued"]
         if pool is None or queued is None:
             return [no_data("state-pool usage or queue length unknown (not a hybrid SSM model?)")]
-        if pool >= s.fire_at and queued >= s.min_queued:
-            condition = Condition.BREACH
-        elif pool < s.recover_below:
-            condition = Condition.CLEAR
-        else:
-            condition = Condition.HOLD
+        condition = self.condition(means)
         kv = mean_signal(window, "kv_usage")
         running = mean_signal(window, "running")
         recipe = recipe_of(history, recipes)
@@ -93,7 +85,6 @@ class StatePoolSaturation(Rule[StatePoolSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        pool, queued = q.mean("state_pool_usage", s.window_s), q.mean("queued", s.window_s)
         kv = (
             f"{{{{ with printf \"{q.signal('kv_usage')}{{instance='%s'}}\" $labels.instance | query }}}}"
             "{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}"
@@ -101,11 +92,7 @@ class StatePoolSaturation(Rule[StatePoolSettings]):
         return Exported(
             alert_rule(
                 self.name,
-                hysteresis(
-                    f"{pool} >= {number(s.fire_at)}\n  and on ({JOIN}) {queued} >= {number(s.min_queued)}",
-                    f"{pool} >= {number(s.recover_below)}",
-                    self.name,
-                ),
+                self.exported_expr(q),
                 for_s=s.for_s,
                 keep_firing_for_s=s.keep_firing_for_s,
                 severity=s.severity,

@@ -80,3 +80,22 @@ def test_every_rule_setting_is_documented() -> None:
                 f"the default of alerts.rules.{name}.{item.key} is not documented"
             )
     assert set(settings_reference()) == set(RULES)
+
+
+def test_every_bound_names_its_rules_settings_and_refuses_a_recovery_on_the_firing_side() -> None:
+    """A threshold rule states each fire/recover pair once (``Bound``); the config check comes from it."""
+    checked = 0
+    for name, rule in RULES.items():
+        defaults = rule.settings_class()
+        for bound in getattr(rule.settings_class, "bounds", ()):
+            fire = getattr(defaults, bound.fire)  # a typo in a bound fails here, not at the first evaluation
+            if bound.recover is None:
+                continue
+            assert getattr(defaults, bound.recover) is not None
+            wrong = fire - 0.01 if bound.falling else fire + 0.01
+            with pytest.raises(ConfigError) as caught:
+                build_rules({name: {bound.recover: wrong}}, "fleet.yaml")
+            assert caught.value.key == f"alerts.rules.{name}.{bound.recover}"
+            assert bound.fire in caught.value.expected
+            checked += 1
+    assert checked >= 6  # StatePool, KVPool, QueueBacklog ×2, RadixCacheWaste ×2 (and the band rules)

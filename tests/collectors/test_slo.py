@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,39 +12,29 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts.service import Service
 from alerts.slo_cli import run as run_slo_cli
+from analysis.slo_report import slo_status
 from collectors.direct.metrics_reader import parse_exposition, sample_plan
 from collectors.model import TargetSnapshot
-from collectors.probes.prober import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
 from collectors.slo_ledger import SloBackfill, SloLedger
-from collectors.slo_report import attribute, goodput, probe_goodput, slo_status
-from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
 from config import ConfigError, parse_config
 from config.settings import DEFAULT_BOUNDARIES_S
-from tests.collectors.mechanism_server import MechanismServer, accept_length, step_latency_s
+from tests.collectors.mechanism_server import MechanismServer
+from tests.collectors.slo_service import (
+    AVAILABILITY,
+    T0,
+    TPOT_40MS,
+    TTFT_1S,
+    Clock,
+    cycle,
+    make_service,
+    start_servers,
+    truth,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
-T0 = 1_800_000_000.0  # a fixed wall clock: cycles a minute apart, however fast the test runs
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _slos(*entries: dict[str, object]) -> list[dict[str, object]]:
-    return list(entries)
-
-
-TTFT_1S = {"name": "ttft-1s", "sli": {"kind": "ttft", "threshold_s": 1}, "objective": 0.99}
-TPOT_40MS = {"name": "tpot-40ms", "sli": {"kind": "tpot", "threshold_s": 0.04}, "objective": 0.99}
-AVAILABILITY = {"name": "availability", "sli": {"kind": "availability"}, "objective": 0.999}
 
 
 # -- reading the buckets -------------------------------------------------------------------------------------
@@ -156,44 +145,26 @@ def test_counts_across_a_restart_are_unknown_not_negative() -> None:
 # -- end to end on loopback servers --------------------------------------------------------------------------
 @pytest.fixture
 def servers() -> Iterator[dict[str, MechanismServer]]:
-    made = {name: MechanismServer(seed=n) for n, name in enumerate(("east-a", "east-b", "west-a"))}
+    made = start_servers()
     yield made
     for server in made.values():
         server.stop()
-
-
-def _service(tmp_path: Path, servers: dict[str, MechanismServer], clock: Clock, *slos: object) -> Service:
-    raw = {
-        "targets": [
-            {"name": name, "url": server.url, "labels": {"deployment": name.split("-")[0]}}
-            for name, server in servers.items()
-        ],
-        "store": {"path": str(tmp_path / "history.sqlite")},
-        "exporter": {"listen": None},
-        "slos": list(slos),
-    }
-    return Service(parse_config(raw, "test"), clock=clock, source="test")
-
-
-def _cycle(service: Service, clock: Clock, step_s: float = 60.0) -> None:
-    clock.now += step_s
-    service.run_cycle()
 
 
 def test_attainment_and_budget_match_the_requests_the_servers_served(
     tmp_path: Path, servers: dict[str, MechanismServer]
 ) -> None:
     clock = Clock()
-    service = _service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS, AVAILABILITY)
+    service = make_service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS, AVAILABILITY)
     try:
-        _cycle(service, clock)  # the first scrape: a baseline, nothing counted
+        cycle(service, clock)  # the first scrape: a baseline, nothing counted
         for minute in range(30):
             for n, server in enumerate(servers.values()):
                 # east-b's queue grows past the TTFT threshold half way; west-a runs long contexts.
                 queue = 0.9 if n == 1 and minute >= 15 else 0.05
                 context = 60_000.0 if n == 2 else 4096.0
                 server.serve(40 + 5 * n, context_tokens=context, queue_s=queue, aborted=minute % 7 == n)
-            _cycle(service, clock)
+            cycle(service, clock)
         ledger, now = service.slo_ledger, clock.now
         for slo in service.slos:
             for scope, members in (
@@ -202,12 +173,12 @@ def test_attainment_and_budget_match_the_requests_the_servers_served(
                 (Scope((("deployment", "west"),)), [servers["west-a"]]),
             ):
                 served = [r for s in members for r in s.served]
-                truth = _truth(slo.sli, served)
+                expected = truth(slo.sli, served)
                 status = slo_status(ledger, slo, scope, now)
-                assert status.period.total == pytest.approx(truth.total, rel=1e-9), (slo.name, scope)
-                assert status.attainment == pytest.approx(truth.good / truth.total, abs=0.01)
-                assert status.attainment == pytest.approx(truth.good / truth.total, rel=1e-9)
-                expected_left = 1 - (truth.bad / truth.total) / (1 - slo.objective)
+                assert status.period.total == pytest.approx(expected.total, rel=1e-9), (slo.name, scope)
+                assert status.attainment == pytest.approx(expected.good / expected.total, abs=0.01)
+                assert status.attainment == pytest.approx(expected.good / expected.total, rel=1e-9)
+                expected_left = 1 - (expected.bad / expected.total) / (1 - slo.objective)
                 assert status.budget_remaining == pytest.approx(expected_left, rel=1e-6)
         # The same numbers from the store a viewer (or the CLI) reads, not the collector's memory.
         stored = SloCountStore(str(tmp_path / "history.sqlite"), create=False)
@@ -220,31 +191,19 @@ def test_attainment_and_budget_match_the_requests_the_servers_served(
         service.stop()
 
 
-def _truth(sli: Sli, served: list[object]) -> EventCounts:
-    requests = [r for r in served if isinstance(r, object)]
-    if sli.kind == "availability":
-        total = float(len(requests))
-        return EventCounts(total - sum(1 for r in requests if r.aborted), total)  # type: ignore[attr-defined]
-    finished = [r for r in requests if not r.aborted]  # type: ignore[attr-defined]
-    value = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}[sli.kind]
-    assert sli.threshold_s is not None
-    good = sum(1 for r in finished if getattr(r, value) <= sli.threshold_s)
-    return EventCounts(float(good), float(len(finished)))
-
-
 def test_a_restart_keeps_the_budget_spent_and_the_windows_full(
     tmp_path: Path, servers: dict[str, MechanismServer]
 ) -> None:
     clock = Clock()
-    service = _service(tmp_path, servers, clock, TTFT_1S)
-    _cycle(service, clock)
+    service = make_service(tmp_path, servers, clock, TTFT_1S)
+    cycle(service, clock)
     for _ in range(10):
         servers["east-b"].serve(50, context_tokens=4096, queue_s=1.5)
-        _cycle(service, clock)
+        cycle(service, clock)
     (slo,) = service.slos
     before = slo_status(service.slo_ledger, slo, Scope(), clock.now)
     service.stop()
-    again = _service(tmp_path, servers, clock, TTFT_1S)
+    again = make_service(tmp_path, servers, clock, TTFT_1S)
     try:
         after = slo_status(again.slo_ledger, slo, Scope(), clock.now)
         assert after.period == before.period
@@ -260,11 +219,11 @@ def test_a_server_without_the_threshold_bucket_is_unknown_and_says_why(
 ) -> None:
     clock = Clock()
     slo = {**TTFT_1S, "sli": {"kind": "ttft", "threshold_s": 0.9}, "buckets": [0.9]}
-    service = _service(tmp_path, servers, clock, slo)
+    service = make_service(tmp_path, servers, clock, slo)
     try:
-        _cycle(service, clock)
+        cycle(service, clock)
         servers["east-a"].serve(10, context_tokens=2048)
-        _cycle(service, clock)
+        cycle(service, clock)
         snapshot = next(s for s in service.collector.latest() if s.target == "east-a")
         assert snapshot.slo_events == ()
         assert snapshot.error is not None
@@ -274,127 +233,17 @@ def test_a_server_without_the_threshold_bucket_is_unknown_and_says_why(
         service.stop()
 
 
-def _burn_after_baseline(
-    tmp_path: Path,
-    servers: dict[str, MechanismServer],
-    slo: dict[str, object],
-    *,
-    healthy: dict[str, float],
-    burning: dict[str, float],
-) -> tuple[Service, Clock]:
-    """Two hours of east-a healthy, then an hour of it burning; the other servers stay healthy."""
-    clock = Clock()
-    service = _service(tmp_path, servers, clock, slo)
-    _cycle(service, clock)
-    for minute in range(180):
-        for name, server in servers.items():
-            shape = burning if name == "east-a" and minute >= 120 else healthy
-            server.serve(30, **shape)  # type: ignore[arg-type]
-        _cycle(service, clock)
-    return service, clock
-
-
-def test_a_tpot_burn_is_split_as_the_mechanism_implies(
-    tmp_path: Path, servers: dict[str, MechanismServer]
-) -> None:
-    service, clock = _burn_after_baseline(
-        tmp_path,
-        servers,
-        TPOT_40MS,
-        healthy={"context_tokens": 2048.0},
-        burning={"context_tokens": 58_000.0},
-    )
-    try:
-        (slo,) = service.slos
-        result = attribute(
-            service.slo_ledger, slo, Scope((("deployment", "east"),)), clock.now, history=service.store
-        )
-        step = step_latency_s(58_000) / step_latency_s(2048)
-        accept = accept_length(58_000) / accept_length(2048)
-        implied = math.log(step) / (math.log(step) - math.log(accept))
-        assert result.shares is not None, result.reason
-        assert result.shares["step_latency"] == pytest.approx(implied, abs=0.05)
-        assert result.shares["step_latency"] + result.shares["accept_length"] == pytest.approx(1.0)
-        assert re.search(r"TPOT 10 → 5\d ms: 7\d% step latency \(context 2\.0K → 5\dK\)", result.sentence)
-    finally:
-        service.stop()
-
-
-def test_a_ttft_burn_is_split_into_queueing_and_prefill(
-    tmp_path: Path, servers: dict[str, MechanismServer]
-) -> None:
-    service, clock = _burn_after_baseline(
-        tmp_path,
-        servers,
-        TTFT_1S,
-        healthy={"context_tokens": 4096.0, "queue_s": 0.05, "prefill_s": 0.3},
-        burning={"context_tokens": 4096.0, "queue_s": 1.2, "prefill_s": 0.5},
-    )
-    try:
-        (slo,) = service.slos
-        result = attribute(service.slo_ledger, slo, Scope(), clock.now, history=service.store)
-        assert result.shares is not None, result.reason
-        # Queue +1.15 s, prefill +0.2 s: the queue is 85 % of the rise.
-        assert result.shares["queue"] == pytest.approx(1.15 / 1.35, abs=0.05)
-        status = slo_status(service.slo_ledger, slo, Scope(), clock.now)
-        assert status.worst_targets
-        assert status.worst_targets[0][0] == "east-a"
-        assert all(target == "east-a" for target, _ in status.worst_targets)
-    finally:
-        service.stop()
-
-
-def test_no_baseline_means_no_attribution_and_says_why(
-    tmp_path: Path, servers: dict[str, MechanismServer]
-) -> None:
-    clock = Clock()
-    service = _service(tmp_path, servers, clock, TTFT_1S)
-    try:
-        _cycle(service, clock)
-        for _ in range(20):
-            servers["east-a"].serve(30, context_tokens=4096, queue_s=2.0)
-            _cycle(service, clock)
-        result = attribute(service.slo_ledger, service.slos[0], Scope(), clock.now, history=service.store)
-        assert result.shares is None
-        assert "did not burn" in result.reason
-    finally:
-        service.stop()
-
-
-def test_goodput_bounds_bracket_the_requests_that_met_every_slo(
-    tmp_path: Path, servers: dict[str, MechanismServer]
-) -> None:
-    clock = Clock()
-    service = _service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS)
-    try:
-        _cycle(service, clock)
-        for _minute in range(5):
-            for n, server in enumerate(servers.values()):
-                server.serve(60, context_tokens=50_000.0 if n == 2 else 2048.0, queue_s=0.8 if n else 0.05)
-            _cycle(service, clock)
-        (whole, *_) = goodput(service.slo_ledger, service.slos, clock.now)
-        served = [r for s in servers.values() for r in s.served]
-        met = sum(1 for r in served if r.ttft_s <= 1.0 and r.tpot_s <= 0.04) / 300.0
-        assert whole.scope == Scope()
-        assert whole.lower_rps is not None
-        assert whole.upper_rps is not None
-        assert whole.lower_rps <= met + 1e-9 <= whole.upper_rps + 2e-9
-        assert whole.lower_rps < whole.upper_rps  # the two SLOs failed different requests
-    finally:
-        service.stop()
-
-
 def test_the_cli_prints_one_json_line_per_slo_and_scope_then_goodput(
     tmp_path: Path, servers: dict[str, MechanismServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     clock = Clock()
-    service = _service(tmp_path, servers, clock, TTFT_1S, AVAILABILITY)
+    service = make_service(tmp_path, servers, clock, TTFT_1S, AVAILABILITY)
     config = service.config
-    _cycle(service, clock)
+    cycle(service, clock)
     for _ in range(6):
         servers["east-a"].serve(40, context_tokens=2048, queue_s=1.5, aborted=1)
         servers["west-a"].serve(40, context_tokens=2048)
-        _cycle(service, clock)
+        cycle(service, clock)
     service.stop()
     assert run_slo_cli(config, json_lines=True, now=clock.now) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -468,25 +317,6 @@ def test_the_wanted_bucket_is_summed_over_series_in_any_line_order_and_spelling(
     assert values["sglang:time_to_first_token_seconds_count"] == 15.0
 
 
-def test_probe_goodput_counts_the_probe_requests_that_met_every_latency_slo(tmp_path: Path) -> None:
-    slos = build_slos(parse_config({"slos": [TTFT_1S, TPOT_40MS, AVAILABILITY]}, "t"))
-    store = ProbeStore(str(tmp_path / "history.sqlite"))
-    store.append(
-        [
-            ProbeResult(T0, "east-a", "r-1", 1024, ttft_s=0.3, tpot_s=0.012),  # met both
-            ProbeResult(T0, "east-a", "r-1", 65536, ttft_s=0.9, tpot_s=0.055),  # TPOT missed at 64K
-            ProbeResult(T0, "west-a", "r-1", 1024, ttft_s=1.4, tpot_s=0.011),  # TTFT missed
-            ProbeResult(T0, "west-a", "r-1", 8192, error="skipped: 3 requests queued"),  # not sent
-        ]
-    )
-    frame = store.read(T0 - 10, T0 + 10)
-    store.close()
-    found = {
-        p.scope.key: (p.met, p.sent) for p in probe_goodput(slos, frame, {"east-a": "east", "west-a": "west"})
-    }
-    assert found == {"": (1, 3), "deployment=east": (1, 2), "deployment=west": (0, 1)}
-
-
 def test_a_backfill_counts_bodies_as_the_live_collector_does(tmp_path: Path) -> None:
     (slo,) = build_slos(parse_config({"slos": [TTFT_1S]}, "t"))
     server = MechanismServer(seed=3)
@@ -503,10 +333,10 @@ def test_a_backfill_counts_bodies_as_the_live_collector_does(tmp_path: Path) -> 
             server.serve(40, context_tokens=2048, queue_s=1.2 if n >= 6 else 0.05)
         backfill.flush()
         served = server.served[first : first + 11 * 40]  # the last serve() came after the last body
-        truth = _truth(slo.sli, list(served))
+        expected = truth(slo.sli, list(served))
         for scope in (Scope(), Scope((("deployment", "east"),))):
-            assert store.counts(slo.name, scope.key, T0 - 1, T0 + 3600) == truth
-        assert store.by_target(slo.name, T0 - 1, T0 + 3600) == {"east-a": truth}
+            assert store.counts(slo.name, scope.key, T0 - 1, T0 + 3600) == expected
+        assert store.by_target(slo.name, T0 - 1, T0 + 3600) == {"east-a": expected}
     finally:
         store.close()
         server.stop()

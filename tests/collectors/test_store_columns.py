@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.sample_bins import ANALYSIS_SIGNALS
+from analysis.saturation import SATURATION_SIGNALS
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.columns import RawTail, SampleColumns
 from collectors.store.sqlite_store import SqliteStore
-from views.sample_bins import ANALYSIS_SIGNALS
-from views.scaling import SATURATION_SIGNALS
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 SIGNALS = ("output_tok_s", "accept_length", "step_latency_s")
@@ -220,8 +220,8 @@ def _analysis_cycles(store: SqliteStore, first: int, last: int, targets: list[st
 
 
 def _same_frame(store: SqliteStore, start: float, end: float, points: int) -> None:
+    from analysis.sample_bins import prepare
     from views.fleet_frames import frame_of_columns
-    from views.sample_bins import prepare
 
     got = frame_of_columns(store.read_columns(start, end, ANALYSIS, points, recipes=True))
     full = store.read_samples(start, end, None, points)
@@ -252,8 +252,8 @@ def test_analysis_reads_equal_the_full_frame_from_tiers(tmp_path: Path) -> None:
 
 
 def test_an_empty_analysis_read_is_an_empty_frame_with_its_columns(tmp_path: Path) -> None:
+    from analysis.sample_bins import prepare
     from views.fleet_frames import frame_of_columns
-    from views.sample_bins import prepare
 
     s = SqliteStore(tmp_path / "h.sqlite")
     got = frame_of_columns(s.read_columns(T0, T0 + 900.0, ANALYSIS, 300, recipes=True))

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import app
+from analysis.slo_report import slo_status
 from collectors.slo import Scope, build_slos
-from collectors.slo_report import slo_status
 from collectors.store.slo_counts import SloCountStore
 from collectors.store.sqlite_store import SqliteStore
 from config import SimSettings, load_config

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.fraction import FractionRatio, FractionSummary
 from views import analysis_charts, chart_style, time_charts
-from views.fraction import FractionRatio, FractionSummary
 from views.page_context import MAX_POINTS_PER_SERIES
 
 
@@ -119,8 +119,13 @@ def test_pools_scatter_colours_what_binds() -> None:
             "queued": [7.0, 0.0],
         }
     )
-    spec = analysis_charts.pools_scatter(capacity, 0.9).to_dict()
+    spec = analysis_charts.pools_scatter(capacity, 0.95, 0.9).to_dict()
     points = spec["layer"][-1]
+    state_rule, kv_rule = spec["layer"][1], spec["layer"][2]  # each pool's own level, on its own axis
+    assert rows(spec, state_rule) == [{"v": 0.95}]
+    assert state_rule["encoding"]["y"]["field"] == "v"
+    assert rows(spec, kv_rule) == [{"v": 0.9}]
+    assert kv_rule["encoding"]["x"]["field"] == "v"
     scale = points["encoding"]["color"]["scale"]
     assert (
         dict(zip(scale["domain"], scale["range"], strict=True))["state pool"]

@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.sample_bins import ANALYSIS_SIGNALS
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.sqlite_store import SqliteStore
 from views import data
 from views.page_context import TimeWindow
-from views.sample_bins import ANALYSIS_SIGNALS
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 

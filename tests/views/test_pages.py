@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from alerts.rules import capacity_thresholds
 from tests.views import seed_fleet as fx
 from tests.views.conftest import SeedCase, page_test
 
@@ -209,7 +210,8 @@ def test_capacity_page_says_which_pool_binds(open_page: OpenPage) -> None:
     at = open_page("capacity")
     assert_clean(at)
     up = fx.up_servers()
-    binding = [name for name, load in up.items() if load.state >= 0.9]
+    binds_at = capacity_thresholds().state_pool_binds_at  # StatePoolSaturation.fire_at: page and alert agree
+    binding = [name for name, load in up.items() if load.state >= binds_at]
     shown = metrics(at)
     assert shown["State pool binds"] == f"{len(binding)} / {len(up)}"
     assert shown["KV binds"] == f"0 / {len(up)}"

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from alerts.scopes import alert_scope
+from analysis.slo_report import Goodput, SloStatus
 from collectors.slo import EventCounts, Scope, Sli, Slo
-from collectors.slo_report import Goodput, SloStatus
 from views import slo_frames, time_charts
 
 SLO = Slo("ttft-1s", Sli("ttft", 1.0), 0.99, 28 * 86400.0)

@@ -15,8 +15,9 @@ import pytest
 import yaml
 from streamlit.testing.v1 import AppTest
 
+from analysis.slo_budget import REPORT_WINDOWS_S
 from collectors.model import TargetSnapshot
-from collectors.slo import REPORT_WINDOWS_S, build_slos
+from collectors.slo import build_slos
 from collectors.store.sqlite_store import SqliteStore
 from config import parse_config
 from tests.views import seed_slo as fx

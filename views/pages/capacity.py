@@ -1,17 +1,22 @@
 """The Capacity page: per server, the state pool beside the KV pool, running vs cap, queue and TTFT, and a
 verdict in words — which pool binds and what would (and would not) help.
+
+The verdict (``analysis.capacity``) judges by the alert rules' own levels
+(``alerts.rules.capacity_thresholds``, config overrides included), so the page says a pool binds exactly
+where its alert would fire.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pandas as pd
 import streamlit as st
 
-from collectors.model import FlagValue
-from views import analysis_charts, blocks, chart_style, data, formatting, fraction, scaling, time_charts
-from views.capacity_verdict import BINDS_AT, fleet_verdict, server_capacity
+from alerts.rules import capacity_thresholds
+from analysis import saturation, scaling
+from analysis.capacity import CapacityThresholds, capacity_frame, fleet_verdict
+from analysis.fraction import MIN_SAMPLES
+from config import ConfigError
+from views import analysis_charts, blocks, chart_style, data, formatting, time_charts
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
@@ -32,7 +37,15 @@ COLUMN_CONFIG = {
         "verdict", width="large", help="the full advice is in the list above"
     ),
 }
-BINDING_ORDER = {"state pool": 0, "KV cache": 1, "request cap": 2, "admission": 3, "none": 4, "unknown": 5}
+BINDING_ORDER = {
+    "state pool": 0,
+    "KV cache": 1,
+    "request cap": 2,
+    "near": 3,
+    "admission": 4,
+    "none": 5,
+    "unknown": 6,
+}
 
 
 def render(ctx: PageContext) -> None:
@@ -42,35 +55,51 @@ def render(ctx: PageContext) -> None:
         "so the state pool fills long before the KV cache. SGLang's `token_usage` is the max of the pools "
         "and hides which binds; here they stand side by side."
     )
-    st.fragment(run_every=ctx.interval_s)(_live)(ctx)
+    thresholds = rule_thresholds(ctx)
+    st.caption(levels_caption(thresholds))
+    st.fragment(run_every=ctx.interval_s)(_live)(ctx, thresholds)
     with blocks.store_errors():
         _scaling(ctx)
 
 
-def capacity_frame(table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagValue]]) -> pd.DataFrame:
-    """The Fleet table plus, per server, what binds (binding), the verdict sentence and radix_waste."""
-    records: list[dict[str, object]] = [{str(k): v for k, v in r.items()} for r in table.to_dict("records")]
-    judged = [server_capacity(row, recipes.get(str(row["recipe"]))) for row in records]
-    return table.assign(
-        binding=[j.binding for j in judged],
-        headline=[j.headline for j in judged],
-        verdict=[j.verdict for j in judged],
-        radix_waste=[j.radix_waste for j in judged],
+def rule_thresholds(ctx: PageContext) -> CapacityThresholds:
+    """The alert rules' levels as configured; their defaults, said on the page, when that config is bad."""
+    try:
+        return capacity_thresholds(ctx.config.alerts.rules, "the config")
+    except ConfigError as exc:
+        st.warning(
+            f"**The alert rules' settings cannot be read**, so this page judges by their defaults: "
+            f"{formatting.plain(str(exc))}",
+            icon=":material/settings_alert:",
+        )
+        return capacity_thresholds()
+
+
+def levels_caption(t: CapacityThresholds) -> str:
+    """Where the verdict's words come from: the alert rules' settings, named so a reader can change them."""
+    return (
+        f"A pool **binds** where its alert fires: state pool at {t.state_pool_binds_at:.0%} "
+        f"(`StatePoolSaturation.fire_at`, paging once {t.min_queued:g}+ requests queue), KV at "
+        f"{t.kv_binds_at:.0%} (`KVPoolSaturation.fire_at`). It is **near** binding from where a firing alert "
+        f"recovers: {t.state_pool_near_at:.0%} and {t.kv_near_at:.0%} (`recover_below`). The radix cache is "
+        f"**wasted** below a {t.radix_max_hit_rate:.0%} prefix hit rate with the state pool at "
+        f"{t.radix_state_pool_at:.0%}+ (`RadixCacheWaste.max_hit_rate`, `state_pool_at`). Change them under "
+        "`alerts.rules` in the config: this page and the alerts read the same settings."
     )
 
 
-def _live(ctx: PageContext) -> None:
+def _live(ctx: PageContext, thresholds: CapacityThresholds) -> None:
     now_ts = ctx.now()
     with blocks.store_errors():
         table, _ = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
             blocks.explain_no_samples(ctx, "server has reported")
             return
-        capacity = capacity_frame(table, data.recipes(ctx.store_path))
+        capacity = capacity_frame(table, data.recipes(ctx.store_path), thresholds)
         live = capacity[capacity["status"] == STATUS_UP]
         with st.container(border=True):
             st.markdown("#### Verdict")
-            for line in fleet_verdict(capacity):
+            for line in fleet_verdict(capacity, thresholds):
                 st.markdown(line)
         if live.empty:
             return
@@ -85,14 +114,17 @@ def _live(ctx: PageContext) -> None:
         left, right = st.columns(2)
         with left:
             st.markdown("**State pool vs KV, every server**")
-            st.altair_chart(analysis_charts.pools_scatter(live, BINDS_AT), width="stretch")
+            st.altair_chart(
+                analysis_charts.pools_scatter(live, thresholds.state_pool_binds_at, thresholds.kv_binds_at),
+                width="stretch",
+            )
         with right:
             loaded = live.assign(_load=live[["state_pool_usage", "kv_usage"]].max(axis=1))
             top = loaded.sort_values("_load", ascending=False).head(TOP_SERVERS)
             st.markdown(f"**Side by side, the {len(top)} most loaded**")
             st.altair_chart(analysis_charts.pools_bars(top), width="stretch")
         _attention(capacity)
-        _saturation(ctx, now_ts)
+        _saturation(ctx, now_ts, thresholds)
         st.dataframe(
             capacity.assign(
                 _order=capacity["binding"].map(BINDING_ORDER),
@@ -188,7 +220,7 @@ def _scaling(ctx: PageContext) -> None:
         most = max((len(c) for c in curves.values()), default=0)
         st.info(
             f"No recipe ran at {scaling.MIN_LEVELS}+ concurrency levels "
-            f"({fraction.MIN_SAMPLES}+ samples each) at one context in the last {ctx.range_label} "
+            f"({MIN_SAMPLES}+ samples each) at one context in the last {ctx.range_label} "
             f"(the most: {most}). Pick a longer range.",
             icon=":material/show_chart:",
         )
@@ -210,7 +242,9 @@ def _scaling(ctx: PageContext) -> None:
     left, right = st.columns(2)
     with left:
         st.altair_chart(
-            analysis_charts.scaling_chart(curve, "output_tok_s", "throughput (tok/s)", knee_running),
+            analysis_charts.scaling_chart(
+                curve, "modelled_output_tok_s", "throughput (tok/s, modelled)", knee_running
+            ),
             width="stretch",
         )
     with right:
@@ -231,7 +265,9 @@ def _scaling(ctx: PageContext) -> None:
 SCALING_COLUMNS = {
     "concurrency": st.column_config.TextColumn("bin", pinned=True),
     "running": st.column_config.NumberColumn("running (median)", format="%.0f"),
-    "output_tok_s": st.column_config.NumberColumn("throughput (tok/s)", format="%.0f"),
+    "modelled_output_tok_s": st.column_config.NumberColumn(
+        "throughput (tok/s, modelled)", format="%.0f", help="running × accept length ÷ step latency"
+    ),
     "per_request_tok_s": st.column_config.NumberColumn("per request (tok/s)", format="%.1f"),
     "ttft_ms": st.column_config.NumberColumn("TTFT (ms, median)", format="%.0f"),
     "tpot_ms": st.column_config.NumberColumn("TPOT (ms, median)", format="%.2f"),
@@ -239,16 +275,16 @@ SCALING_COLUMNS = {
 }
 
 
-def _saturation(ctx: PageContext, now_ts: float) -> None:
+def _saturation(ctx: PageContext, now_ts: float, thresholds: CapacityThresholds) -> None:
     """When each pool binds at the trend of the last 30 minutes (servers whose pools are rising first)."""
     # A point a minute: the 1 min tier, however many servers (a straight line needs no more, and a raw
     # window of 1,000 servers held ~30 MB to be refreshed every interval).
     trend_s = min(ctx.range_s, 3600.0)
     _, history = data.fleet_signals(
-        ctx.store_path, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), scaling.SATURATION_SIGNALS
+        ctx.store_path, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), saturation.SATURATION_SIGNALS
     )
-    found = scaling.time_to_bind(history, BINDS_AT, now_ts)
-    frame = scaling.saturation_frame(found)
+    found = saturation.time_to_bind(history, thresholds.binds_at(), now_ts)
+    frame = saturation.saturation_frame(found)
     soon = frame[frame["binds_in_min"].notna()]
     with st.expander(
         f"Time to saturation: {len(soon)} server(s) bind now or within a day at the last 30 min's trend",

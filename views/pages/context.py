@@ -10,10 +10,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import analysis_charts, blocks, data, formatting, sample_bins
-from views import probes as probe_views
-from views.formatting import times
-from views.fraction import (
+from analysis import sample_bins
+from analysis.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
     FractionRatio,
@@ -24,6 +22,9 @@ from views.fraction import (
     summarize,
     trend,
 )
+from analysis.words import times
+from views import analysis_charts, blocks, data, formatting
+from views import probes as probe_views
 from views.page_context import PageContext, TimeWindow
 
 ALL = "all"

@@ -10,11 +10,8 @@ from collections.abc import Callable, Mapping
 import pandas as pd
 import streamlit as st
 
-from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, blocks, confidence, data, formatting, sample_bins
-from views import probes as probe_views
-from views.formatting import times
-from views.fraction import (
+from analysis import confidence, sample_bins
+from analysis.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
     FractionRatio,
@@ -22,6 +19,10 @@ from views.fraction import (
     describe_ratio,
     summarize,
 )
+from analysis.words import times
+from collectors.model import RECIPE_FLAGS, FlagValue
+from views import analysis_charts, blocks, data, formatting
+from views import probes as probe_views
 from views.page_context import PageContext
 
 

@@ -11,7 +11,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from views import blocks, chart_style, data, fleet_frames, formatting, links, time_charts
+from analysis.fraction import measured_tok_s_per_request
+from views import blocks, chart_style, data, formatting, links, time_charts
 from views import probes as probe_views
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
@@ -62,7 +63,7 @@ def _live(ctx: PageContext, target: str) -> None:
         history = history.assign(
             step_latency_ms=history["step_latency_s"] * 1000.0,
             tpot_ms=history["tpot_s"] * 1000.0,
-            measured_per_request_tok_s=fleet_frames.measured_tok_s_per_request(history),
+            measured_per_request_tok_s=measured_tok_s_per_request(history),
         )
         markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
         _charts(history, markers)

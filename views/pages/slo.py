@@ -1,7 +1,7 @@
 """The SLOs page: per SLO and scope, the budget over the period, burn rates per window, what burns and why.
 
 Counts come from the SLO tables the collector's ledger writes (``collectors.store.slo_counts``); the numbers
-are ``collectors.slo_report``'s, computed once for every reader (this page, the Fleet status, the CLI and the
+are ``analysis.slo_report``'s, computed once for every reader (this page, the Fleet status, the CLI and the
 ErrorBudgetBurn rule). Unknown stays unknown: no events is never 100 %, an attribution without both halves
 measured says why.
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from analysis.slo_attribution import ATTRIBUTION_WINDOW_S
+from analysis.slo_report import Goodput, SloStatus
 from collectors.slo import Slo, build_slos
-from collectors.slo_report import ATTRIBUTION_WINDOW_S, Goodput, SloStatus
 from config import ConfigError
 from views import blocks, data, formatting, links, slo_frames, time_charts
 from views.page_context import PageContext

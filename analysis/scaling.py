@@ -1,8 +1,9 @@
 """Capacity from history: the scaling curve per recipe (throughput, per-request rate, TTFT and TPOT at each
-concurrency), the knee found from the data, and how soon each pool binds at the recent trend.
+concurrency) and the knee found from the data (how soon each pool binds is ``analysis.saturation``).
 
-Pure pandas, no streamlit. Throughput is the fraction, sample by sample: running × accept length ÷ step
-latency (accepted tokens per step ÷ step latency), so a bursty completion counter does not bend the curve.
+Pure pandas. Throughput is the fraction, sample by sample: running × accept length ÷ step latency (accepted
+tokens per step ÷ step latency), so a bursty completion counter does not bend the curve. It is *modelled*
+(``modelled_output_tok_s``), not the counter-measured ``output_tok_s`` signal the other pages show.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
-from views.fraction import MIN_SAMPLES
-from views.sample_bins import concurrency_bin_order
+from analysis.fraction import MIN_SAMPLES
+from analysis.sample_bins import concurrency_bin_order
 
 # Elasticity of a step = ln(throughput ratio) ÷ ln(concurrency ratio): 1 is linear scaling, 0 buys nothing.
 # The knee is the level where it falls the most (the curve bends hardest), provided the step past it buys
@@ -23,15 +23,24 @@ from views.sample_bins import concurrency_bin_order
 KNEE_ELASTICITY = 0.5
 MIN_BEND = 0.15
 MIN_LEVELS = 3  # a curve needs this many concurrency levels with MIN_SAMPLES each to show a bend
-TREND_WINDOW_S = 1800.0  # time to saturation extrapolates the last 30 minutes
-TREND_HORIZON_S = 24 * 3600.0  # further out than a day is "not within a day"
+
+# The curve's columns, in order. Throughput is running × accept ÷ step (modelled, see the module doc).
+CURVE_COLUMNS: tuple[str, ...] = (
+    "concurrency",
+    "running",
+    "modelled_output_tok_s",
+    "per_request_tok_s",
+    "ttft_s",
+    "tpot_s",
+    "samples",
+)
 
 
 def scaling_curve(usable: pd.DataFrame) -> pd.DataFrame:
     """Per concurrency bin of ``usable`` (prepared samples of one recipe at one context bin): the median
     running requests, mean throughput, per-request rate, median TTFT and TPOT, and the sample count; bins
     with fewer than MIN_SAMPLES samples are left out. Sorted by concurrency."""
-    columns = ["concurrency", "running", "output_tok_s", "per_request_tok_s", "ttft_s", "tpot_s", "samples"]
+    columns = list(CURVE_COLUMNS)
     rows = usable.dropna(subset=["concurrency", "accept_length", "step_latency_s", "running"])
     rows = rows[rows["step_latency_s"] > 0]
     if rows.empty:
@@ -42,7 +51,7 @@ def scaling_curve(usable: pd.DataFrame) -> pd.DataFrame:
     curve = pd.DataFrame(
         {
             "running": grouped["running"].median(),
-            "output_tok_s": grouped["_output"].mean(),
+            "modelled_output_tok_s": grouped["_output"].mean(),
             "per_request_tok_s": grouped["_per_request"].mean(),
             "ttft_s": grouped["ttft_s"].median(),
             "tpot_s": grouped["tpot_s"].median(),
@@ -59,6 +68,7 @@ class Knee:
     """Where the curve bends: the concurrency before the first step that buys too little throughput."""
 
     running: float  # median running requests at the knee
+    modelled_output_tok_s: float  # one server's throughput there (what a replica serves at the knee)
     index: int  # its row in the curve
     elasticity_before: float | None  # of the step into the knee (None: the knee is the first level)
     elasticity_after: float  # of the step out of it
@@ -71,12 +81,11 @@ def elasticities(curve: pd.DataFrame) -> list[float]:
         if (
             a["running"] > 0
             and b["running"] > a["running"]
-            and a["output_tok_s"] > 0
-            and b["output_tok_s"] > 0
+            and a["modelled_output_tok_s"] > 0
+            and b["modelled_output_tok_s"] > 0
         ):
-            out.append(
-                math.log(b["output_tok_s"] / a["output_tok_s"]) / math.log(b["running"] / a["running"])
-            )
+            gain = b["modelled_output_tok_s"] / a["modelled_output_tok_s"]
+            out.append(math.log(gain) / math.log(b["running"] / a["running"]))
         else:
             out.append(math.nan)
     return out
@@ -96,7 +105,8 @@ def find_knee(curve: pd.DataFrame) -> Knee | None:
             continue
         if before - after >= best_fall:
             best_fall = before - after
-            best = Knee(float(curve.iloc[i]["running"]), i, before, after)
+            at = curve.iloc[i]
+            best = Knee(float(at["running"]), float(at["modelled_output_tok_s"]), i, before, after)
     return best
 
 
@@ -107,7 +117,7 @@ def _ms(seconds: object) -> str:
 
 def _step(curve: pd.DataFrame, i: int) -> str:
     a, b = curve.iloc[i], curve.iloc[i + 1]
-    gain = b["output_tok_s"] / a["output_tok_s"] - 1.0
+    gain = b["modelled_output_tok_s"] / a["modelled_output_tok_s"] - 1.0
     return (
         f"{a['running']:.0f} → {b['running']:.0f} running buys {gain:+.1%} throughput "
         f"(TTFT {_ms(a['ttft_s'])} → {_ms(b['ttft_s'])}, TPOT {_ms(a['tpot_s'])} → {_ms(b['tpot_s'])})"
@@ -138,80 +148,3 @@ def knee_verdict(curve: pd.DataFrame, knee: Knee | None) -> str:
         "throughput is all that is sold."
     )
     return " ".join(parts)
-
-
-# -- time to saturation --------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Saturation:
-    server: str
-    pool: str
-    usage: float  # now (the newest sample)
-    per_hour: float  # fitted change per hour over the trend window
-    binds_in_s: float | None  # None: not rising (or not within the horizon); 0: binds already
-
-
-# What ``time_to_bind`` reads besides ts, target and up.
-SATURATION_SIGNALS: tuple[str, ...] = ("running", "max_running", "state_pool_usage", "kv_usage")
-
-
-def time_to_bind(history: pd.DataFrame, binds_at: float, now_ts: float) -> list[Saturation]:
-    """Per server and pool, the least-squares trend of usage over the last TREND_WINDOW_S and when it
-    reaches ``binds_at`` (also the request cap, as running ÷ cap).
-
-    In numpy per server (3,000 pandas selections of a 1,000-server fleet took ~4 s), on the same values in
-    the same order as ``rows[["ts", column]].dropna()`` gave, so every fit is the same to the last bit."""
-    if history.empty:
-        return []
-    keep = (history["ts"] >= now_ts - TREND_WINDOW_S).to_numpy() & history["up"].astype(bool).to_numpy()
-    recent = history[keep]
-    running = recent["running"].to_numpy(np.float64)
-    cap = recent["max_running"].to_numpy(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        request_cap = running / np.where(cap > 0, cap, np.nan)
-    pools = {
-        "state pool": recent["state_pool_usage"].to_numpy(np.float64),
-        "KV cache": recent["kv_usage"].to_numpy(np.float64),
-        "request cap": request_cap,
-    }
-    ts = recent["ts"].to_numpy(np.float64)
-    targets = recent["target"].to_numpy(dtype=object)
-    # groupby("target"): servers in name order, each server's rows in their order in the frame
-    names, codes = np.unique(targets.astype(str), return_inverse=True)
-    order = np.argsort(codes.reshape(-1), kind="stable")
-    bounds = np.searchsorted(codes.reshape(-1)[order], np.arange(len(names) + 1))
-    out = []
-    for index, server in enumerate(names):
-        rows = order[bounds[index] : bounds[index + 1]]
-        for pool, values in pools.items():
-            picked = rows[~np.isnan(values[rows])]
-            if len(picked) < MIN_SAMPLES:
-                continue
-            x, y = ts[picked], values[picked]
-            slope_per_s, _ = np.polyfit(x - now_ts, y, 1)
-            usage = float(y[np.argsort(x, kind="quicksort")[-1]])  # sort_values("ts")'s last row
-            if usage >= binds_at:
-                binds: float | None = 0.0
-            elif slope_per_s > 0:
-                eta = (binds_at - usage) / slope_per_s
-                binds = float(eta) if eta <= TREND_HORIZON_S else None
-            else:
-                binds = None
-            out.append(Saturation(str(server), pool, usage, float(slope_per_s) * 3600.0, binds))
-    return out
-
-
-def saturation_frame(found: list[Saturation]) -> pd.DataFrame:
-    """One row per server: each pool's usage now, its trend per hour and when it binds, soonest first."""
-    columns = ["server", "binds_first", "binds_in_min", "state pool", "KV cache", "request cap"]
-    if not found:
-        return pd.DataFrame(columns=columns)
-    rows: dict[str, dict[str, object]] = {}
-    for s in found:
-        row = rows.setdefault(s.server, {"server": s.server, "binds_first": None, "binds_in_min": math.inf})
-        trend = f"{s.usage:.0%} ({round(s.per_hour * 100.0):+d} pts/h)"  # round: never "-0"
-        row[s.pool] = trend
-        if s.binds_in_s is not None and s.binds_in_s / 60.0 < float(str(row["binds_in_min"])):
-            row["binds_in_min"], row["binds_first"] = s.binds_in_s / 60.0, s.pool
-    frame = pd.DataFrame(list(rows.values()))
-    frame["binds_in_min"] = frame["binds_in_min"].replace(math.inf, np.nan)
-    return frame.sort_values("binds_in_min", na_position="last").reindex(columns=columns)

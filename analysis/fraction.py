@@ -14,9 +14,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from analysis.words import times
 from collectors.model import loss_shares
-from views.fleet_frames import measured_tok_s_per_request
-from views.formatting import times
 
 # Run-to-run noise of one throughput measurement (seed: 8–10% on random-token traffic). A ratio closer to 1
 # than this is reported as "within noise"; the Recipes page lets the reader change it.
@@ -27,6 +26,12 @@ NOISE_FRACTION = 0.10
 MIN_SAMPLES = 10
 # A residual further from 1× than this means the counters disagree with accept ÷ step: say so.
 RESIDUAL_WARNING = 0.25
+
+
+def measured_tok_s_per_request(frame: pd.DataFrame) -> pd.Series:
+    """Output tok/s ÷ running requests: the counter-measured per-request rate (NaN when idle or unknown)."""
+    running = frame["running"].where(frame["running"] > 0)
+    return frame["output_tok_s"] / running
 
 
 @dataclass(frozen=True, slots=True)

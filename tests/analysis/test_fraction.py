@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from views.fraction import (
+from analysis.fraction import (
     MIN_SAMPLES,
     NOISE_FRACTION,
     FractionRatio,

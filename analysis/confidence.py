@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from views.fraction import NOISE_FRACTION
+from analysis.fraction import NOISE_FRACTION
 
 WINDOW_S = 300.0  # five minutes of one server: many requests complete inside, so its mean is a fair draw
 MIN_WINDOWS = 3  # per side: fewer and the interval is not worth drawing

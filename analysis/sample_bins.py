@@ -1,6 +1,6 @@
 """History samples labelled for analysis: context bins (doubling from 1K tokens) and concurrency bins.
 
-Pure pandas, no streamlit: the Context, Recipes and Capacity pages compare like with like through these bins.
+Pure pandas: the Context, Recipes and Capacity pages compare like with like through these bins.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from views.formatting import tokens_label
+from analysis.words import tokens_label
 
 # What the Context, Recipes and Capacity pages compute from history (``prepare``, ``fraction.summarize``,
 # ``confidence.window_means``, ``scaling.scaling_curve``), besides ts, target, up and recipe_id: the pages

@@ -3,6 +3,12 @@
 On a hybrid SSM model the speculative lane runs out of recurrent-state slots (γ+1 states per request) long
 before the KV cache fills, so the pools are judged separately; SGLang's ``token_usage`` (their max) hides
 which binds.
+
+The levels are the alert rules' (``CapacityThresholds``), never constants of this module: a pool *binds* at
+the usage its saturation alert fires at (``fire_at``), and is *near* binding from the usage a firing alert
+must fall below to recover (``recover_below``) — so the page says "binds" exactly where the alert would
+page, given a queue. Advice that builds on the verdict (servers needed per deployment, a forecast) reads the
+same thresholds and the same ``Binding`` words.
 """
 
 from __future__ import annotations
@@ -16,12 +22,11 @@ import pandas as pd
 
 from collectors.model import FlagValue
 
-# A pool this full is what stops admission (SGLang admits until a pool is exhausted; 90% leaves one wave).
-BINDS_AT = 0.90
-# Below this prefix hit rate the radix cache is paying for forks it never uses (seed: random-prefix traffic).
-LOW_HIT_RATE = 0.20
+Pool = Literal["state pool", "KV cache", "request cap"]
+Binding = Literal["state pool", "KV cache", "request cap", "admission", "near", "none", "unknown"]
 
-Binding = Literal["state pool", "KV cache", "request cap", "admission", "none", "unknown"]
+# SGLang admits until ``--max-running-requests`` are running: the cap binds when running reaches it.
+REQUEST_CAP_BINDS_AT = 1.0
 
 RAISE_CAP_TRADE = (
     "raising `--max-running-requests` would not help: it trades token budget (`max_total_num_tokens`) for "
@@ -30,12 +35,35 @@ RAISE_CAP_TRADE = (
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityThresholds:
+    """The levels the verdict judges by: the alert rules' effective settings (``alerts.rules.<Rule>.<key>``,
+    config overrides included), built by ``alerts.rules.capacity_thresholds`` — one setting for the page
+    and the alert."""
+
+    state_pool_binds_at: float  # StatePoolSaturation.fire_at
+    state_pool_near_at: float  # StatePoolSaturation.recover_below
+    min_queued: float  # StatePoolSaturation.min_queued: a full state pool pages only with this many queued
+    kv_binds_at: float  # KVPoolSaturation.fire_at
+    kv_near_at: float  # KVPoolSaturation.recover_below
+    radix_max_hit_rate: float  # RadixCacheWaste.max_hit_rate: below it the radix cache counts as unused
+    radix_state_pool_at: float  # RadixCacheWaste.state_pool_at: ... and costs something from this usage
+
+    def binds_at(self) -> dict[Pool, float]:
+        """Per pool, the usage at which it binds (time to saturation extrapolates to these)."""
+        return {
+            "state pool": self.state_pool_binds_at,
+            "KV cache": self.kv_binds_at,
+            "request cap": REQUEST_CAP_BINDS_AT,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ServerCapacity:
     server: str
     binding: Binding
     headline: str  # what binds, with the numbers (and the radix warning when it applies)
     verdict: str  # the headline plus what would (and would not) help
-    radix_waste: bool  # radix cache on with a low prefix hit rate
+    radix_waste: bool  # radix cache on, a hit rate RadixCacheWaste calls unused, under state-pool pressure
 
 
 def _pct(value: float) -> str:
@@ -48,8 +76,20 @@ def _radix_on(flags: Mapping[str, FlagValue] | None) -> bool | None:
     return not bool(flags.get("disable_radix_cache"))
 
 
-def server_capacity(row: Mapping[str, object], flags: Mapping[str, FlagValue] | None) -> ServerCapacity:
+def _f(value: object) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def server_capacity(
+    row: Mapping[str, object], flags: Mapping[str, FlagValue] | None, thresholds: CapacityThresholds
+) -> ServerCapacity:
     """Judge one row (status, state_pool_usage, kv_usage, running, cap, queued, cache_hit_rate) + recipe."""
+    t = thresholds
     server = str(row["server"])
     if row.get("status") != "up":
         text = f"No current data ({row.get('status')})."
@@ -58,22 +98,44 @@ def server_capacity(row: Mapping[str, object], flags: Mapping[str, FlagValue] | 
     running, cap, queued = _f(row.get("running")), _f(row.get("cap")), _f(row.get("queued"))
     hit_rate = _f(row.get("cache_hit_rate"))
     queue_text = f", {queued:.0f} queued" if queued > 0 else ""
-    radix_waste = bool(_radix_on(flags)) and not math.isnan(hit_rate) and hit_rate < LOW_HIT_RATE
+    radix_waste = (
+        bool(_radix_on(flags))
+        and not math.isnan(hit_rate)
+        and hit_rate < t.radix_max_hit_rate
+        and not math.isnan(state)
+        and state >= t.radix_state_pool_at
+    )
     binding: Binding
-    if not math.isnan(state) and state >= BINDS_AT and (math.isnan(kv) or state >= kv):
+    if not math.isnan(state) and state >= t.state_pool_binds_at and (math.isnan(kv) or state >= kv):
         binding = "state pool"
         headline = f"State pool binds: {_pct(state)} of state slots in use vs KV {_pct(kv)}{queue_text}."
         advice = (
             f"The lane is short of recurrent-state slots, not cache; {RAISE_CAP_TRADE}. "
             "Add replicas or move load; a narrower verify window keeps fewer states per request."
         )
-    elif not math.isnan(kv) and kv >= BINDS_AT:
+    elif not math.isnan(kv) and kv >= t.kv_binds_at:
         binding = "KV cache"
         headline = f"KV cache binds: {_pct(kv)} KV vs state {_pct(state)}{queue_text}."
         advice = (
             "Long contexts fill the attention layers' cache; more KV memory (`--mem-fraction-static`, "
             "within activation headroom), shorter contexts or more replicas help; a higher request cap "
             "would not."
+        )
+    elif state >= t.state_pool_near_at or kv >= t.kv_near_at:  # NaN compares False: unknown is not near
+        binding = "near"
+        near = [
+            f"{name} {_pct(usage)} (binds at {_pct(at)})"
+            for name, usage, near_at, at in (
+                ("state pool", state, t.state_pool_near_at, t.state_pool_binds_at),
+                ("KV", kv, t.kv_near_at, t.kv_binds_at),
+            )
+            if usage >= near_at
+        ]
+        at_cap = f", {running:.0f}/{cap:.0f} running" if not math.isnan(cap) and running >= cap else ""
+        headline = f"Near binding: {', '.join(near)}{queue_text}{at_cap}."
+        advice = (
+            "A burst of requests fills it: add replicas or move load before it binds; a higher request cap "
+            "would only fill it sooner."
         )
     elif not math.isnan(cap) and running >= cap and queued > 0:
         binding = "request cap"
@@ -107,21 +169,27 @@ def server_capacity(row: Mapping[str, object], flags: Mapping[str, FlagValue] | 
     return ServerCapacity(server, binding, headline, verdict, radix_waste)
 
 
-def _f(value: object) -> float:
-    if value is None:
-        return math.nan
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
+def capacity_frame(
+    table: pd.DataFrame, recipes: Mapping[str, Mapping[str, FlagValue]], thresholds: CapacityThresholds
+) -> pd.DataFrame:
+    """The Fleet table plus, per server, what binds (binding), the verdict sentence and radix_waste."""
+    records: list[dict[str, object]] = [{str(k): v for k, v in r.items()} for r in table.to_dict("records")]
+    judged = [server_capacity(row, recipes.get(str(row["recipe"])), thresholds) for row in records]
+    return table.assign(
+        binding=[j.binding for j in judged],
+        headline=[j.headline for j in judged],
+        verdict=[j.verdict for j in judged],
+        radix_waste=[j.radix_waste for j in judged],
+    )
 
 
-def fleet_verdict(capacity: pd.DataFrame) -> list[str]:
+def fleet_verdict(capacity: pd.DataFrame, thresholds: CapacityThresholds) -> list[str]:
     """Sentences (markdown) for the whole fleet.
 
     ``capacity`` has one row per server: server, status, recipe, binding, state_pool_usage, kv_usage, queued,
-    cache_hit_rate, radix_waste (as the Capacity page builds it).
+    cache_hit_rate, radix_waste (``capacity_frame``).
     """
+    t = thresholds
     live = capacity[capacity["status"] == "up"]
     if live.empty:
         return ["No server is up: there is no current capacity to judge."]
@@ -132,7 +200,7 @@ def fleet_verdict(capacity: pd.DataFrame) -> list[str]:
     kv_n = int(counts.get("KV cache", 0))
     if state_n:
         rows = live[live["binding"] == "state pool"]
-        queued = int((rows["queued"] > 0).sum())
+        queued = int((rows["queued"] >= t.min_queued).sum())  # as StatePoolSaturation counts a queue
         lines.append(
             f"**The state pool binds on {state_n} of {total} servers up** (median state "
             f"{rows['state_pool_usage'].median():.0%} vs KV {rows['kv_usage'].median():.0%}; "
@@ -151,6 +219,13 @@ def fleet_verdict(capacity: pd.DataFrame) -> list[str]:
             "request cap",
             "the request cap binds while both pools have room",
             "a higher `--max-running-requests` would admit more, paid for with token budget per request",
+        ),
+        (
+            "near",
+            f"a pool is near binding (state pool at {t.state_pool_near_at:.0%}+ or KV at "
+            f"{t.kv_near_at:.0%}+, short of the {t.state_pool_binds_at:.0%} / {t.kv_binds_at:.0%} "
+            "where it binds)",
+            "a burst fills it; add replicas or move load before it binds",
         ),
         (
             "admission",

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from views import confidence
-from views.confidence import LEVEL, MIN_WINDOWS, RESAMPLES, RatioInterval, ratio_interval, window_means
+from analysis import confidence
+from analysis.confidence import LEVEL, MIN_WINDOWS, RESAMPLES, RatioInterval, ratio_interval, window_means
 
 
 def _ratio_interval_at_once(

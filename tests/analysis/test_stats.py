@@ -1,4 +1,4 @@
-"""The statistics the decay rule stands on: Student's t, Prometheus-style quantiles, least squares."""
+"""The statistics the rules and the analyses share: Student's t, Prometheus-style quantiles, least squares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from alerts.stats import fit_line, quantile, student_t_cdf
+from analysis.stats import fit_line, quantile, student_t_cdf
 
 
 @pytest.mark.parametrize(
