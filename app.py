@@ -96,7 +96,24 @@ def _start_sim(config: Config, sim: SimSettings, runtime: Runtime) -> Config:
     runtime.stoppers.append(fleet.stop)
     if sim.history_h > 0:
         _fill_history_in_background(config, sim, runtime, end_ts=time.time())
+    _import_shipped_bench_results(config.store.path, sim.scenario)
     return config.model_copy(update={"targets": config.targets + fleet.targets})
+
+
+def _import_shipped_bench_results(store_path: str, scenario: str) -> None:
+    """The scenario's shipped bench_serving results (sim/bench_results/<scenario>/) into the store, where the
+    Recipes page puts them beside the live recipes; a run stored before is not stored again."""
+    from collectors.bench_results import import_files
+    from sim.bench_client import result_files
+
+    files = result_files(scenario)
+    try:
+        results = import_files(store_path, files) if files else []
+    except (StoreError, OSError) as exc:  # the collector says what is wrong with the store as it starts
+        log.warning("not importing the demo's benchmark results: %s", exc)
+        return
+    for line in (line for result in results for line in result.failed):
+        log.warning("shipped benchmark result %s:%d not imported: %s", line.file, line.line, line.error)
 
 
 def write_sim_history(

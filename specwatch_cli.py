@@ -8,6 +8,7 @@
     specwatch export grafana [--config FILE] [--check [DASHBOARD.json]]
     specwatch sim [...]                              = python -m sim
     specwatch slo --config FILE [--json]             SLO budgets, burn rates, attribution, goodput
+    specwatch import bench FILE… --config F [--json] sglang.bench_serving results into the store
 
 It only dispatches: the streamlit app runs in its own process, and the other layers' ``main`` functions
 parse their own arguments, so ``specwatch collect --help`` is the collector's help.
@@ -26,7 +27,7 @@ from pathlib import Path
 from collectors.prometheus.grafana import DEFAULT_RECIPE_LABEL
 from config import Config, ConfigError, load_config
 
-PASS_THROUGH = ("collect", "alerts", "sim", "slo")
+PASS_THROUGH = ("collect", "alerts", "sim", "slo", "import")
 
 
 def _config(path: str | None) -> Config:
@@ -128,6 +129,10 @@ def _forward(name: str, argv: Sequence[str]) -> int:
         from alerts.slo_cli import main as slo_main
 
         return slo_main(argv)
+    if name == "import":
+        from collectors.bench_cli import main as import_main
+
+        return import_main(argv)
     from sim.__main__ import main as sim_main
 
     return sim_main(list(argv))
@@ -151,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         ("alerts", "scrape and evaluate alerts until SIGTERM (= python -m alerts run)"),
         ("sim", "serve a simulated fleet (= python -m sim)"),
         ("slo", "where every SLO stands: budget, burn rates, attribution, goodput (--config F [--json])"),
+        ("import", "offline benchmark results into the store (import bench FILE… --config F [--json])"),
     ):
         commands.add_parser(name, help=text, add_help=False)
     export = commands.add_parser("export", help="rule files and the Grafana dashboard, on stdout")

@@ -130,9 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = fleet.write_config(options.write_config)
             print(f"wrote collector config {path}", flush=True)
         ports = sorted(s.port for s in fleet.servers)
+        exporters = sorted(s.gpu_exporter_port for s in fleet.servers)
         print(
             f"serving {len(ports)} simulated SGLang servers (scenario {fleet.scenario.name}, "
-            f"speed {options.speed:g}) on {options.host} ports {ports[0]}–{ports[-1]}; Ctrl-C to stop",
+            f"speed {options.speed:g}) on {options.host} ports {ports[0]}–{ports[-1]}, their GPU exporters "
+            f"(DCGM) on ports {exporters[0]}–{exporters[-1]}; Ctrl-C to stop",
             flush=True,
         )
         while not stop.wait(0.5):  # an untimed wait misses a signal the kernel gave another thread

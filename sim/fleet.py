@@ -1,8 +1,9 @@
 """A simulated fleet: many SimServers on 127.0.0.1, served from one asyncio loop in a background thread.
 
-``SimFleet("demo").start()`` serves the scenario's servers; simulated time runs at ``speed`` × wall time from
-``start()``. Each server advances lazily (when asked, or when its scenario has something due), so 500 idle
-servers cost almost nothing; a /metrics body is rendered at most once per decode-log window and encoding.
+``SimFleet("demo").start()`` serves the scenario's servers, and beside each a DCGM exporter for its GPUs on a
+port of its own (``server.gpu_exporter_url``; ``sim/gpu.py``); simulated time runs at ``speed`` × wall time
+from ``start()``. Each server advances lazily (when asked, or when its scenario has something due), so 500
+idle servers cost almost nothing; a /metrics body is rendered at most once per decode-log window and encoding.
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ class SimFleet:
             raise ValueError(f"speed must be in (0, 10000] simulated seconds per wall second, not {speed}")
         if servers is not None and not 1 <= servers <= 5000:
             raise ValueError(f"servers must be 1..5000, not {servers}")
-        if base_port and not 1024 <= base_port <= 65535 - (servers or 1):
-            raise ValueError(f"base_port must leave room for every server below 65536, not {base_port}")
         self.scenario: Scenario = load_scenario(scenario)
         self.speed, self.seed, self.host = speed, seed, host
         self._t0: float | None = None
         specs = expand_servers(self.scenario, servers)
+        if base_port and not 1024 <= base_port <= 65536 - 2 * len(specs):
+            raise ValueError(
+                f"base_port must leave room below 65536 for every server and its GPU exporter "
+                f"({2 * len(specs)} ports), not {base_port}"
+            )
         self._servers: dict[str, SimServer] = {}
         for index, spec in enumerate(specs):
             port = base_port + index if base_port else (spec.port or 0)
@@ -62,10 +66,13 @@ class SimFleet:
                 boot_s=self.scenario.spec.boot_s,
                 warmup_s=self.scenario.spec.warmup_s,
             )
-        for server in self._servers.values():
+        for index, server in enumerate(self._servers.values()):
             server.on_change = self._on_server_change
             server.speed = speed
+            # --base-port P: servers on P … P+N−1, their GPU exporters on P+N … P+2N−1.
+            server.gpu_exporter_port = base_port + len(specs) + index if base_port else 0
         self._listeners: dict[str, Listener] = {}
+        self._exporters: dict[str, Listener] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -96,7 +103,7 @@ class SimFleet:
         """Listen on every server's port, start simulated time, return self; OSError if a port is taken."""
         if self._thread is not None:
             return self
-        _raise_file_limit(len(self._servers) * 3 + 256)
+        _raise_file_limit(len(self._servers) * 4 + 256)
         self._loop = asyncio.new_event_loop()
         ready: list[BaseException | None] = []
         started = threading.Event()
@@ -145,13 +152,17 @@ class SimFleet:
             await listener.open()
             server.port = listener.port
             self._listeners[name] = listener
+            exporter = Listener(self.host, server.gpu_exporter_port, server.handle_gpu_exporter)
+            await exporter.open()
+            server.gpu_exporter_port = exporter.port
+            self._exporters[name] = exporter
         self._t0 = time.monotonic()
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def _close_all(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
-        for listener in self._listeners.values():
+        for listener in (*self._listeners.values(), *self._exporters.values()):
             await listener.shutdown()
 
     async def _tick_forever(self) -> None:
@@ -168,11 +179,14 @@ class SimFleet:
             await asyncio.sleep(TICK_S)
 
     async def _reconcile(self, name: str, server: SimServer) -> None:
-        listener = self._listeners[name]
-        if server.listening and not listener.is_open:
-            await listener.open()
-        elif not server.listening and listener.is_open:
-            await listener.close()
+        for listener, up in (
+            (self._listeners[name], server.listening),
+            (self._exporters[name], server.gpu_exporter_up),
+        ):
+            if up and not listener.is_open:
+                await listener.open()
+            elif not up and listener.is_open:
+                await listener.close()
 
     def _on_server_change(self, server: SimServer) -> None:
         """A test changed a server: open/close its port before set_fault()/restart() returns."""

@@ -41,8 +41,13 @@ def launch_command(args: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-def server_info(args: Mapping[str, Any], engine: ServerEngine) -> dict[str, Any]:
-    """The flat object of GET /server_info: resolved server args, scheduler info, internal_states, version."""
+def server_info(
+    args: Mapping[str, Any], engine: ServerEngine, *, generated: tuple[float, float] = (0.0, 0.0)
+) -> dict[str, Any]:
+    """The flat object of GET /server_info: resolved server args, scheduler info, internal_states, version.
+
+    ``generated``: tokens and verify steps of finished /generate requests (a benchmark client's), which the
+    lifetime ``avg_spec_accept_length`` counts as SGLang's scheduler does."""
     published, layout = engine.published, engine.layout
     spec = engine.window > 1
     startup = {
@@ -68,8 +73,9 @@ def server_info(args: Mapping[str, Any], engine: ServerEngine) -> dict[str, Any]
         "decode_cuda_graph_memory_gb": GRAPH_MEMORY_GB["decode"],
     }
     steps = published.count("verify_steps")
-    if spec and steps:
-        internal["avg_spec_accept_length"] = published.count("decode_tokens") / steps
+    if spec and steps + generated[1]:
+        tokens = published.count("decode_tokens") + generated[0]
+        internal["avg_spec_accept_length"] = tokens / (steps + generated[1])
     if args.get("speculative_algorithm") == "DSPARK":
         internal["dspark_info_record"] = {"scheduled_window": engine.scheduled, "verify_steps": round(steps)}
     return {

@@ -3,6 +3,7 @@
 ``SimServer`` is transport-free: ``handle(method, path, headers)`` returns a ``Reply`` (the HTTP layer writes
 it), and ``advance(now_s)`` applies due scenario actions. History synthesis drives the same class without
 HTTP. Thread-safe: the fleet's event loop serves requests while tests inject faults from their own thread.
+``handle_gpu_exporter`` answers for the server's GPUs (a DCGM exporter on a port of its own: ``sim/gpu.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from prometheus_client.exposition import choose_encoder
 
 from collectors.model import Event, Recipe
 from config import Target
+from sim import gpu
 from sim.families import Identity, MetricValues, SglangCollector
-from sim.generate import generate
+from sim.generate import Generation, InFlight, generate
 from sim.info import model_info, models_list, server_info
 from sim.metrics_render import Renderer
 from sim.names import Names, requested_names, restrict
@@ -51,6 +53,10 @@ GARBAGE_METRICS = (
     b"<hr><center>nginx</center></body></html>\n"
 )
 GARBAGE_JSON = b'{"status": "ready", "max_total_num_tokens": 1440'  # truncated mid-object
+FLUSHED = (
+    b"Cache flushed.\nPlease check backend logs for more details. "
+    b"(When there are running or waiting requests, the operation will not be performed.)\n"
+)
 
 
 @dataclass(slots=True)
@@ -109,6 +115,12 @@ class SimServer:
         self._renderer = Renderer()
         self.on_change: Callable[[SimServer], None] | None = None  # the fleet opens/closes the port
         self.speed = 1.0  # simulated seconds per wall second (the fleet sets it): paces /generate streams
+        # /generate requests being decoded (simulated end time, work): a benchmark client's join the batch.
+        self._generating: list[tuple[float, Generation]] = []
+        self._generated_tokens = self._generated_steps = 0  # of finished ones, for avg_spec_accept_length
+        self.gpu_meter = gpu.GpuMeter(start_s=-warmup_s)
+        self.gpu_exporter_port = 0  # the fleet's listener for this server's GPUs sets it
+        self.gpu_exporter_up = True  # False: the exporter's port refuses connections (tests)
 
     # -- identity --------------------------------------------------------------------------------------------
     @property
@@ -116,13 +128,21 @@ class SimServer:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def gpu_exporter_url(self) -> str:
+        """The DCGM exporter of this server's GPUs (its /metrics), as ``targets[].gpu_exporter_url``."""
+        return f"http://{self.host}:{self.gpu_exporter_port}"
+
+    @property
     def target(self) -> Target:
         # probe: true — a simulated server answers /generate, so probes (when enabled) may go to it.
+        # The GPU exporter's URL goes along once the config knows the key (issue 20 adds it).
+        exporter = {"gpu_exporter_url": self.gpu_exporter_url} if _TARGET_HAS_GPU_EXPORTER else {}
         return Target(
             name=self.name,
             url=self.url,
             labels={"deployment": self.deployment, **self.spec.labels},
             probe=True,
+            **exporter,
         )
 
     @property
@@ -212,6 +232,12 @@ class SimServer:
             self._restart(dict(overrides), boot_s, self._clock())
         self._changed()
 
+    def set_gpu_exporter_up(self, up: bool) -> None:
+        """Open (True) or close the port of this server's GPU exporter, as its process starting or dying."""
+        with self._lock:
+            self.gpu_exporter_up = up
+        self._changed()
+
     def set_load(self, **changes: Any) -> None:
         """Change load (``concurrency`` or ``rate_rps``) and/or workload fields (``isl``, ``osl``,
         ``content``, ``osl_jitter``, ``shared_prefix_tokens`` ...) from now on. Bad values raise ValueError in
@@ -258,7 +284,10 @@ class SimServer:
         self.started_unix = time.time()
         boot = self.boot_s if boot_s is None else boot_s
         self.booting_until = at_s + boot
+        self.gpu_meter.restarted(self.engine, at_s, self.booting_until)
         self.engine = self._new_engine(start_s=self.booting_until)
+        self._generating.clear()
+        self._generated_tokens = self._generated_steps = 0
         self._cache.clear()
         self._http_requests.clear()
         self._http_responses.clear()
@@ -275,11 +304,14 @@ class SimServer:
         with self._lock:
             now = self._clock()
             self.advance(now)
+            in_flight = self._in_flight(now)
             if route == "/generate":
-                reply = self._generate(method, body)
+                reply = self._generate(method, body, now, in_flight)
+            elif route == "/flush_cache":
+                reply = self._flush_cache(method, in_flight)
             else:
                 reply = self._route(method, route, headers, query)
-            if route in ROUTES or route == "/generate":
+            if route in ROUTES or route in ("/generate", "/flush_cache"):
                 self._http_requests[(route, method)] += 1
                 self._http_responses[(route, method, str(reply.status))] += 1
             if self.fault == "hang":
@@ -301,23 +333,79 @@ class SimServer:
         if route in ("/server_info", "/get_server_info"):
             if garbage:
                 return Reply(200, GARBAGE_JSON, {"Content-Type": "application/json"})
-            return _json(200, server_info({**self.args, "host": self.host, "port": self.port}, self.engine))
+            args = {**self.args, "host": self.host, "port": self.port}
+            generated = (self._generated_tokens, self._generated_steps)
+            return _json(200, server_info(args, self.engine, generated=generated))
         if route in ("/model_info", "/get_model_info"):
             return _json(200, model_info(self.args))
         if route == "/v1/models":
             return _json(200, models_list(self.args, self.started_unix))
         return Reply(200, b"", {"Content-Type": "text/plain; charset=utf-8"})  # health, ready, ping
 
-    def _generate(self, method: str, body: bytes) -> Reply:
+    def _in_flight(self, now: float) -> InFlight:
+        """The /generate requests still being decoded at ``now``; finished ones count into the lifetime
+        accept length /server_info reports."""
+        running: list[tuple[float, Generation]] = []
+        for end_s, work in self._generating:
+            if end_s > now:
+                running.append((end_s, work))
+            else:
+                self._generated_tokens += work.tokens
+                self._generated_steps += work.verify_steps
+        self._generating = running
+        return InFlight(len(running), sum(work.mean_context_tokens for _, work in running))
+
+    def _generate(self, method: str, body: bytes, now: float, in_flight: InFlight) -> Reply:
         if method != "POST":
             return _json(405, {"detail": "Method Not Allowed"})
         if self.fault == "garbage":
             return Reply(200, GARBAGE_METRICS, {"Content-Type": "text/html; charset=utf-8"})
         number = self._http_requests[("/generate", "POST")]
         answer = generate(
-            self.engine, self.args, body, speed=self.speed, seed=self._seed, request_number=number
+            self.engine,
+            self.args,
+            body,
+            speed=self.speed,
+            seed=self._seed,
+            request_number=number,
+            in_flight=in_flight,
         )
+        if answer.work is not None:
+            self._generating.append((now + answer.work.duration_s, answer.work))
         return Reply(answer.status, answer.body, answer.headers, delay_s=answer.delay_s, stream=answer.chunks)
+
+    def _flush_cache(self, method: str, in_flight: InFlight) -> Reply:
+        """SGLang flushes only an idle server (bench_serving calls it after warm-up when asked to)."""
+        if method not in ("GET", "POST"):
+            return _json(405, {"detail": "Method Not Allowed"})
+        gauges = self.engine.published.gauges
+        if gauges.running or gauges.queued or in_flight.count:
+            return Reply(400, b"Flush cache failed.\n", {"Content-Type": "text/plain; charset=utf-8"})
+        return Reply(200, FLUSHED, {"Content-Type": "text/plain; charset=utf-8"})
+
+    # -- the GPUs' exporter ----------------------------------------------------------------------------------
+    def handle_gpu_exporter(
+        self, method: str, path: str, headers: dict[str, str], body: bytes = b""
+    ) -> Reply:
+        """Answer the DCGM exporter of this server's GPUs (``GET /metrics``), as dcgm-exporter does."""
+        del body
+        route = path.partition("?")[0]
+        if route != "/metrics":
+            return Reply(404, b"404 page not found\n", {"Content-Type": "text/plain; charset=utf-8"})
+        if method not in ("GET", "HEAD"):
+            return Reply(405, b"Method Not Allowed\n", {"Content-Type": "text/plain; charset=utf-8"})
+        with self._lock:
+            now = self._clock()
+            self.advance(now)
+            reading = self.gpu_meter.reading(self.engine, now)
+            fraction = self.args.get("mem_fraction_static")
+            held = (
+                float(fraction) if isinstance(fraction, int | float) and now >= self.booting_until else None
+            )
+            identity = gpu.GpuIdentity(self.name, gpu.gpu_count(self.args), f"{self._seed}:{self.name}")
+            text = gpu.render(identity, reading, held)
+        data, out_headers = gpu.reply_body(text, headers.get("accept-encoding", ""))
+        return Reply(200, data, out_headers)
 
     @property
     def generate_requests(self) -> int:
@@ -377,6 +465,10 @@ class SimServer:
     def render_metrics(self, accept: str = "") -> str:
         """The /metrics body for this Accept header (uncompressed), for tests and tools."""
         return self.handle("GET", "/metrics", {"accept": accept}).body.decode()
+
+
+# Whether config.Target has ``gpu_exporter_url`` yet (issue 20's collector side adds it).
+_TARGET_HAS_GPU_EXPORTER = "gpu_exporter_url" in Target.model_fields
 
 
 def _json(status: int, payload: object) -> Reply:

@@ -189,6 +189,8 @@ class ServerEngine:
             "graph_decode_passes" if win.gauges.is_cuda_graph else "eager_decode_passes", steps_per_window
         )
         win.bump("decode_seconds", decode_s)
+        # Decode time weighted by how full the batch ran: the GPUs' power follows it (sim/gpu.py).
+        win.bump("decode_load_seconds", decode_s * win.gauges.utilization)
         win.bump("prefill_seconds", prefill_first + prefill_later)
         return win
 

@@ -47,7 +47,7 @@ def serving(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_serves_n_servers_on_consecutive_ports_until_stopped(tmp_path: Path, stop: signal.Signals) -> None:
-    base = free_port_range(3)
+    base = free_port_range(6)  # three servers and their GPU exporters
     config = tmp_path / "fleet.yaml"
     with serving(
         "--servers", "3", "--base-port", str(base), "--speed", "5", "--write-config", str(config)
@@ -56,9 +56,12 @@ def test_serves_n_servers_on_consecutive_ports_until_stopped(tmp_path: Path, sto
         output,
     ):
         assert f"ports {base}–{base + 2}" in output
+        assert f"GPU exporters (DCGM) on ports {base + 3}–{base + 5}" in output
         for port in range(base, base + 3):
             body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             assert "sglang:spec_accept_length" in body
+            gpus = requests.get(f"http://127.0.0.1:{port + 3}/metrics", timeout=5).text
+            assert gpus.count("\nDCGM_FI_DEV_POWER_USAGE{") == 2  # TP 2: one series per GPU
         assert [t.url for t in load_config(config).targets] == [
             f"http://127.0.0.1:{p}" for p in range(base, base + 3)
         ]

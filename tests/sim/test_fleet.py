@@ -233,7 +233,7 @@ def test_scenario_faults_happen_on_the_simulated_clock(tmp_path: Path) -> None:
 
 
 def test_base_port_and_port_in_use() -> None:
-    base = free_port_range(3)
+    base = free_port_range(6)  # three servers and their GPU exporters
     with SimFleet("restart", base_port=base) as fleet:
         assert [s.port for s in fleet.servers] == [base, base + 1, base + 2]
         assert fleet.targets[0].url == f"http://127.0.0.1:{base}"
