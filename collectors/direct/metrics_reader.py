@@ -427,7 +427,8 @@ def _read_fast(reader: _Reader, plan: _Plan, data: bytes) -> int | bool | None:
                 eof = start + 1
                 break
     if eof is not None and data[eof:].partition(b"\n")[2].strip():
-        return False  # content after "# EOF": an error, and only the line-by-line read knows if one came first
+        # Content after "# EOF" is an error; only the line-by-line read knows whether another came first.
+        return False
     if not kept and not data.startswith(_PREFIXES_BYTES):
         return False
     names = plan.names

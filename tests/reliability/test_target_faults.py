@@ -28,8 +28,8 @@ from tests.reliability.harness import Receiver, resetting_server, samples_by_tar
 
 pytestmark = pytest.mark.slow
 
-# The fleet is served from this process too: the timeout leaves a busy CI machine room to answer the control in
-# time while every bad target holds its socket (0.4 s was missed once on a loaded runner).
+# The fleet is served from this process too: the timeout leaves a busy CI machine room to answer the control
+# in time while every bad target holds its socket (0.4 s was missed once on a loaded runner).
 INTERVAL_S, TIMEOUT_S = 1.0, 0.8
 CYCLES = 10
 SCENARIO = {
