@@ -16,10 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.service import Service
 from alerts.slo_cli import run as run_slo_cli
 from collectors.direct.metrics_reader import parse_exposition, sample_plan
+from collectors.direct.slo_backfill import SloBackfill
 from collectors.model import TargetSnapshot
-from collectors.probes.prober import ProbeResult
+from collectors.probe_result import ProbeResult
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
-from collectors.slo_ledger import SloBackfill, SloLedger
+from collectors.slo_ledger import SloLedger
 from collectors.slo_report import attribute, goodput, probe_goodput, slo_status
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
