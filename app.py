@@ -129,7 +129,7 @@ def write_sim_history(
     ending at ``end_ts``, newest hour first (``sim.fill.demo_history``: the one history writer, also behind
     ``python -m sim history``); with ``slos``, their counts of that past too, read from the simulated
     servers' bodies as the live collector reads them. Returns the raw rows written."""
-    from collectors.slo_ledger import SloBackfill
+    from collectors.direct.slo_backfill import SloBackfill
     from collectors.store.slo_counts import SloCountStore
     from sim.fill import demo_history
 

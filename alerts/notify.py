@@ -19,15 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-
 from alerts.delivery_http import RefusedError, TooLargeError, UnreachableError, post_notification
 from alerts.model import Delivery
 from alerts.payloads import resend_snapshot, split_payload, split_to_fit
 from alerts.state_store import AlertStateStore
 from collectors.errors import StoreError
 from collectors.secrets import Redactor, safe_url
-from collectors.transport import make_service_session
 from config import DeliverySettings
 
 log = logging.getLogger(__name__)
@@ -81,7 +78,6 @@ class Notifier:
         resolved_retention_s: float = 900.0,
         alertmanager_valid_for_s: float = 240.0,
         external_url: str = "http://localhost:8501",
-        session_factory: Callable[[], requests.Session] = make_service_session,
         redact: Callable[[str], str] | None = None,
     ) -> None:
         self._store = store
@@ -97,7 +93,6 @@ class Notifier:
         self._resolved_retention_s = resolved_retention_s
         self._valid_for_s = alertmanager_valid_for_s
         self._external_url = external_url
-        self._session_factory = session_factory
         self._redact = redact if redact is not None else Redactor()
         # The outbox names a receiver by its URL without user:password (the store, the page and /metrics
         # never hold the password); the real URL is only used to post.
@@ -214,32 +209,28 @@ class Notifier:
     # -- one receiver
     # ------------------------------------------------------------------------------------------
     def _run(self, url: str, kind: str) -> None:
-        session = self._session_factory()
         wake = self._wake[url]
         next_resend = self._clock() + self._resend_interval_s
         failing = False
-        try:
-            while not self._stop.is_set():
-                wait_s = 1.0
-                self._pass_failed[url] = False
-                try:
-                    self._save_marks(url)
-                    wait_s, failing = self._deliver_due(session, url, failing)
-                    now = self._clock()
-                    if kind == "alertmanager":
-                        if now >= next_resend:
-                            next_resend = now + self._resend_interval_s
-                            self._resend(session, url, now)
-                        wait_s = min(wait_s, next_resend - self._clock())
-                    if not self._pass_failed[url]:
-                        self._store_ok(url)
-                except StoreError as exc:
-                    self._store_failed(url, str(exc))
-                if wait_s > 0:
-                    wake.wait(timeout=max(0.01, min(wait_s, 5.0)))
-                    wake.clear()
-        finally:
-            session.close()
+        while not self._stop.is_set():
+            wait_s = 1.0
+            self._pass_failed[url] = False
+            try:
+                self._save_marks(url)
+                wait_s, failing = self._deliver_due(url, failing)
+                now = self._clock()
+                if kind == "alertmanager":
+                    if now >= next_resend:
+                        next_resend = now + self._resend_interval_s
+                        self._resend(url, now)
+                    wait_s = min(wait_s, next_resend - self._clock())
+                if not self._pass_failed[url]:
+                    self._store_ok(url)
+            except StoreError as exc:
+                self._store_failed(url, str(exc))
+            if wait_s > 0:
+                wake.wait(timeout=max(0.01, min(wait_s, 5.0)))
+                wake.clear()
 
     def _store_ok(self, url: str) -> None:
         if self._store_problem[url] is not None:
@@ -258,7 +249,7 @@ class Notifier:
             )
             self._store_problem[url] = message
 
-    def _deliver_due(self, session: requests.Session, url: str, failing: bool) -> tuple[float, bool]:
+    def _deliver_due(self, url: str, failing: bool) -> tuple[float, bool]:
         """One attempt at the head of each group that is due; returns (seconds until the next due head, and
         whether the receiver is failing)."""
         local = self._local[url]
@@ -276,12 +267,12 @@ class Notifier:
             if due_ts > now:
                 wait_s = min(wait_s, due_ts - now)
                 continue
-            failing = self._attempt(session, delivery, failing)
+            failing = self._attempt(delivery, failing)
             attempted = True
             now = self._clock()
         return (0.0 if attempted else wait_s), failing
 
-    def _attempt(self, session: requests.Session, delivery: Delivery, failing: bool) -> bool:
+    def _attempt(self, delivery: Delivery, failing: bool) -> bool:
         """One delivery attempt; returns whether the receiver is failing now."""
         url = delivery.receiver
         local = self._local[url]
@@ -289,7 +280,7 @@ class Notifier:
         attempts = max(delivery.attempts, entry.attempts if entry else 0) + 1
         now = self._clock()
         try:
-            self._post(session, url, delivery.payload)
+            self._post(url, delivery.payload)
         except TooLargeError as exc:
             self._split(delivery, attempts, str(exc))
             return failing
@@ -367,10 +358,10 @@ class Notifier:
             with self._lock:
                 self._local[url][delivery.id] = _Local(attempts, self._clock() + self._backoff_initial_s)
 
-    def _post(self, session: requests.Session, url: str, payload: str) -> None:
-        post_notification(session, self._endpoints.get(url, url), payload, self._timeout_s, self._redact)
+    def _post(self, url: str, payload: str) -> None:
+        post_notification(self._endpoints.get(url, url), payload, self._timeout_s, self._redact)
 
-    def _resend(self, session: requests.Session, url: str, now: float) -> None:
+    def _resend(self, url: str, now: float) -> None:
         """Prometheus's contract with Alertmanager: keep re-sending what fires and recent resolutions."""
         alerts = self.alertmanager_snapshot(now)
         if not alerts:
@@ -379,7 +370,7 @@ class Notifier:
             for body in split_to_fit(
                 alerts, json.dumps, max_bytes=self._max_payload_bytes, max_alerts=self._max_alerts
             ):
-                self._post(session, url, body)
+                self._post(url, body)
         except (RefusedError, UnreachableError, TooLargeError) as exc:
             log.warning(
                 "re-sending %d alerts to %s failed (next try in %g s): %s",

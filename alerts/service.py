@@ -12,8 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import requests
-
 from alerts.engine import DEFAULT_EXTERNAL_URL, AlertEngine
 from alerts.notify import Notifier
 from alerts.rules import build_rules
@@ -51,7 +49,6 @@ class Service:
         *,
         store: HistoryStore | None = None,
         clock: Callable[[], float] = time.time,
-        session: requests.Session | None = None,
         source: str = "config",
         external_url: str = DEFAULT_EXTERNAL_URL,
         notifier: Notifier | None = None,
@@ -116,7 +113,6 @@ class Service:
         self.collector = Collector(
             config,
             self.store,
-            session=session,
             clock=clock,
             observers=[self.slo_ledger, self.engine],
             on_corrupt_store=self._store_corrupt,

@@ -28,10 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import requests
+import requests.adapters
+
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
+from collectors.http.loop import HTTP_LOOP
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
-from collectors.transport import SCRAPE_LOOP, make_session
 from config import Config, Target, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +108,16 @@ def _config(ports: list[int], store_path: str) -> Config:
     )
 
 
+def _requests_session(pools: int) -> requests.Session:
+    """The old transport's session: keep-alive to every server (without its deadline watchdog, which only
+    added to its cost)."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = requests.adapters.HTTPAdapter(pool_connections=pools, pool_maxsize=4, max_retries=0)
+    session.mount("http://", adapter)
+    return session
+
+
 def _measure(cycle: object, cycles: int, server_pid: int) -> dict[str, float]:
     walls, cpus = [], []
     server_cpu = _process_cpu_s(server_pid)
@@ -136,7 +149,7 @@ def golden_servers(count: int) -> Iterator[tuple[list[int], int]]:
         assert server.stdout is not None
         yield json.loads(server.stdout.readline()), server.pid
     finally:
-        SCRAPE_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
+        HTTP_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
         if server.stdin is not None:
             server.stdin.close()
         server.wait(timeout=60)
@@ -176,14 +189,14 @@ def main() -> dict[str, object]:
             return all(await asyncio.gather(*(fetch(target) for target in config.targets)))
 
         def bare_cycle() -> None:
-            assert SCRAPE_LOOP.run(bare())
+            assert HTTP_LOOP.run(bare())
 
         bare_cycle()
         baseline_stats = _measure(bare_cycle, cycles, server_pid)
 
         # The transport before 2026-12-02: requests + a thread pool of scrape.concurrency.
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
-        with make_session(count) as session, ThreadPoolExecutor(config.scrape.concurrency) as pool:
+        with _requests_session(count) as session, ThreadPoolExecutor(config.scrape.concurrency) as pool:
 
             def requests_cycle() -> None:
                 def fetch(url: str) -> int:

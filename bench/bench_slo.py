@@ -29,7 +29,7 @@ from alerts.engine import AlertEngine
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from bench.bench_fleet import golden_servers
-from collectors.direct.derive import derive_signals
+from collectors.derive import derive_signals
 from collectors.direct.metrics_reader import parse_exposition, sample_plan
 from collectors.model import TargetSnapshot
 from collectors.runner import Collector

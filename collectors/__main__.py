@@ -20,7 +20,7 @@ from types import FrameType
 from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
-from collectors.probes.cli import probe
+from collectors.probe_cli import probe
 from collectors.probes.scheduler import start_probes
 from collectors.prometheus.promql_history import open_history
 from collectors.prometheus.recording_rules import export_recording_rules

@@ -145,7 +145,7 @@ def _recipe(info: Mapping[str, Any]) -> tuple[Recipe, int | None]:
     """The recipe and GPU count of a run's server_info, read as the collector reads /server_info."""
     # Imported here: the /server_info module lives beside the scrape transport, which a reader of stored runs
     # (the dashboard) never loads.
-    from collectors.direct.server_info import parse_server_info, recipe_from_server_info
+    from collectors.server_info import parse_server_info, recipe_from_server_info
 
     decode = info.get("decode")
     if isinstance(decode, list) and decode and isinstance(decode[0], dict):

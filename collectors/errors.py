@@ -1,4 +1,6 @@
-"""One exception tree for the collectors; transport errors are translated into it in one place (scrape.py)."""
+"""One exception tree for the collectors; transport errors are translated into it in one place, the HTTP
+edge's ``collectors.http.failures.translate`` (a request to a server as the failure's own class below; a
+PromQL query's as ``QueryError``)."""
 
 
 class CollectorError(Exception):

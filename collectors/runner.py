@@ -15,8 +15,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import requests
-
 from collectors.errors import StoreError
 from collectors.model import CollectorHealth, Event, Recipe, SourceHealth, TargetHealth, TargetSnapshot
 from collectors.source import Source, make_source
@@ -24,7 +22,6 @@ from collectors.store.integrity import is_corruption
 from collectors.store.sqlite_store import HistoryStore
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
-from collectors.transport import ensure_pool_capacity, make_session
 from config import Config, ConfigError, Target, check_no_clash, load_targets_file
 
 log = logging.getLogger(__name__)
@@ -73,7 +70,6 @@ class Collector:
         config: Config,
         store: HistoryStore,
         *,
-        session: requests.Session | None = None,
         clock: Callable[[], float] = time.time,
         observers: Sequence[CycleObserver] = (),
         source: Source | None = None,
@@ -103,8 +99,6 @@ class Collector:
         self._inline_targets = tuple(t for t in config.targets if t.name not in file_names)
         self._targets: tuple[Target, ...] = self._inline_targets + file_targets
 
-        self._own_session = session is None
-        self._session = session if session is not None else make_session(len(self._targets))
         self._own_source = True
         if source is None and config.source == "prometheus":
             from collectors.prometheus.promql_history import PrometheusHistory
@@ -114,16 +108,7 @@ class Collector:
                 source = store.source
                 source.update_targets(self._targets)
                 self._own_source = False
-        try:
-            self._source = (
-                source
-                if source is not None
-                else make_source(config, self._targets, session=self._session, clock=clock)
-            )
-        except BaseException:
-            if self._own_session:
-                self._session.close()
-            raise
+        self._source = source if source is not None else make_source(config, self._targets, clock=clock)
 
         # Per-target bookkeeping (touched only under the cycle lock; readers get replaced copies).
         self._last_up: dict[str, bool] = {}
@@ -255,12 +240,10 @@ class Collector:
             return self._flush_locked()
 
     def close(self) -> None:
-        """Flush, stop the scrape threads and (if this collector made it) close the HTTP session."""
+        """Flush, and close the source if this collector made it."""
         self.flush()
         if self._own_source:
             self._source.close()
-        if self._own_session:
-            self._session.close()
 
     def __enter__(self) -> Collector:
         return self
@@ -310,8 +293,6 @@ class Collector:
         log.info(detail)
         self._config_events.append(Event(self._clock(), "", "config", detail))
         self._targets = targets
-        if self._own_session:
-            ensure_pool_capacity(self._session, len(targets))
         self._source.update_targets(targets)
 
     # -- events and health ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The nodes of the signal catalogue's expressions (``collectors.signals`` declares the signals with them).
 
-Each node has one meaning that every rendering keeps: ``collectors.direct.derive`` compiles nodes to Python
+Each node has one meaning that every rendering keeps: ``collectors.derive`` compiles nodes to Python
 closures, ``collectors.prometheus.queries`` renders them as PromQL. None (PromQL: no series) is unknown.
 """
 

@@ -4,7 +4,7 @@ A signal is a name (as in ``collectors.model.SIGNAL_NAMES``), a unit, a help tex
 SGLang families built from the few nodes below (gauge snapshot, counter rate, ratio, fallback chain,
 guards). The renderings interpret the same expression:
 
-- ``collectors.direct.derive`` compiles it to Python closures once at import (the direct source, per scrape);
+- ``collectors.derive`` compiles it to Python closures once at import (the direct source, per scrape);
 - ``collectors.prometheus.queries`` renders it as PromQL (the Prometheus source's instant and range queries,
   the recording rules of ``export-recording-rules``, the recordings the exported alert rules read);
 - ``collectors.exporter`` publishes the help texts and units on the collector's own /metrics.

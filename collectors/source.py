@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-import requests
-
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from config import Config, ConfigError, Target
 
@@ -43,7 +41,6 @@ def make_source(
     config: Config,
     targets: Sequence[Target],
     *,
-    session: requests.Session,
     clock: Callable[[], float] = time.time,
 ) -> Source:
     """The source ``config.source`` names."""
@@ -55,5 +52,5 @@ def make_source(
     if config.source == "prometheus":
         from collectors.prometheus.promql_source import PrometheusSource
 
-        return PrometheusSource(config, targets, session=session, clock=clock)
+        return PrometheusSource(config, targets, clock=clock)
     raise ConfigError("<config>", "source", "'direct' or 'prometheus'", config.source)

@@ -27,8 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # HTTP clients a viewer must not load, and the project's modules that send HTTP (each imports one of them).
 HTTP_CLIENTS = ("aiohttp", "requests", "urllib3", "isal", "yarl", "multidict")
 HTTP_SENDERS = (
-    "collectors.transport",
+    "collectors.http.loop",
+    "collectors.http.exchange",
+    "collectors.http.failures",
+    "collectors.http.targets",
     "collectors.direct.scrape",
+    "collectors.server_info",
     "collectors.runner",
     "collectors.probes.sender",
     "collectors.prometheus.client",

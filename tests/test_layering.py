@@ -1,5 +1,6 @@
 """Imports go one way: app → views → alerts → analysis → collectors → config; sim uses config, the model and
-the store.
+the store. Inside collectors/, the direct source, the Prometheus source and the probes stand side by side
+above the store and the shared modules, and only the wiring (runner, source, probe CLI) joins them.
 
 An ``ast`` walk over every module (imports inside functions included), so a layering slip fails CI at once.
 """
@@ -35,9 +36,43 @@ FORBIDDEN: dict[str, set[str]] = {
     "collectors": {"streamlit"},
     "analysis": {"streamlit", "requests", "aiohttp"},
     "alerts": {"streamlit"},
-    "config": {"streamlit", "requests"},
-    "views": {"requests"},
+    "config": {"streamlit", "requests", "aiohttp"},
+    "views": {"requests", "aiohttp"},
 }
+
+
+# Inside collectors/: the sources and the probes never import each other (what they share lives beside them:
+# the model, the catalogue, derivation, /server_info, the HTTP edge), nothing below them imports them, and
+# only the wiring joins them. The store is below everything that sends HTTP, the edge included: a viewer reads
+# it without loading aiohttp.
+SIDE_BY_SIDE = ("collectors.direct", "collectors.prometheus", "collectors.probes")
+WIRING = ("collectors.runner", "collectors.source", "collectors.probe_cli", "collectors.__main__")
+
+
+def collectors_part(module: str) -> str:
+    """Which part of collectors/ a module belongs to: a source, the store, a wiring module, else shared."""
+    for part in (*SIDE_BY_SIDE, "collectors.store", *WIRING):
+        if module == part or module.startswith(part + "."):
+            return part
+    return "collectors (shared)"
+
+
+def collectors_violations(module: str, names: set[str]) -> list[str]:
+    part = collectors_part(module)
+    if part in WIRING:
+        banned: tuple[str, ...] = ()
+    elif part in SIDE_BY_SIDE:
+        banned = (*(other for other in SIDE_BY_SIDE if other != part), *WIRING)
+    elif part == "collectors.store":
+        banned = (*SIDE_BY_SIDE, *WIRING, "collectors.http")
+    else:
+        banned = (*SIDE_BY_SIDE, *WIRING)
+    return [
+        f"{name} ({part} must not import {ban})"
+        for name in sorted(names)
+        for ban in banned
+        if name == ban or name.startswith(ban + ".")
+    ]
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -124,6 +159,45 @@ def test_the_walk_catches_an_analysis_reaching_up(tmp_path: Path) -> None:
     assert violations("collectors", {"analysis.slo_report"}) == [
         "analysis.slo_report (collectors may import only ['config'])"
     ]
+
+
+COLLECTORS = [path for package, path in modules() if package == "collectors"]
+
+
+@pytest.mark.parametrize("path", COLLECTORS, ids=[str(p.relative_to(ROOT)) for p in COLLECTORS])
+def test_sources_stand_side_by_side_inside_collectors(path: Path) -> None:
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    assert collectors_violations(module, imported_names(path, "collectors")) == []
+
+
+def test_the_walk_catches_a_crossing_inside_collectors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from collectors.direct import scrape\n\n"
+        "def f():\n    from collectors.runner import Collector\n    import collectors.http.targets\n"
+    )
+    names = imported_names(bad, "collectors")
+    # The probes importing the direct source's scraper (what sender.py did) and the collector.
+    assert collectors_violations("collectors.probes.sender", names) == [
+        "collectors.direct (collectors.probes must not import collectors.direct)",
+        "collectors.direct.scrape (collectors.probes must not import collectors.direct)",
+        "collectors.runner (collectors.probes must not import collectors.runner)",
+        "collectors.runner.Collector (collectors.probes must not import collectors.runner)",
+    ]
+    # Each source against the others; the store and the shared modules against all of them.
+    for module, planted in [
+        ("collectors.prometheus.recipes", "collectors.direct.scrape"),
+        ("collectors.direct.direct_source", "collectors.prometheus.client"),
+        ("collectors.prometheus.promql_history", "collectors.probes.prober"),
+        ("collectors.store.probes", "collectors.probes.prober"),
+        ("collectors.store.sqlite_store", "collectors.http.loop"),
+        ("collectors.server_info", "collectors.direct.scrape"),
+        ("collectors.derive", "collectors.runner"),
+    ]:
+        assert collectors_violations(module, {planted}) != [], (module, planted)
+    # The wiring joins them, and the edge is shared by every source.
+    assert collectors_violations("collectors.probe_cli", {"collectors.runner", "collectors.probes"}) == []
+    assert collectors_violations("collectors.probes.sender", {"collectors.http.targets"}) == []
 
 
 def test_pages_import_shared_blocks_not_each_other() -> None:

@@ -1,6 +1,6 @@
 """The direct source: scrape every SGLang server's /metrics concurrently and derive its signals.
 
-One coroutine per target on the process's scrape loop (``collectors.transport.ScrapeLoop``), at most
+One coroutine per target on the process's HTTP loop (``collectors.http.loop.HttpLoop``), at most
 ``scrape.concurrency`` in flight; each has its own deadline, and targets that timed out last cycle are started
 last, so a wave of dead servers cannot hold up the live ones. Parsing and derivation run on the loop too: they
 hold the GIL either way, and one thread saves the hand-offs a thread pool pays per target. /server_info is
@@ -18,12 +18,12 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from collectors.direct.derive import CounterState, derive_signals, detect_reset, is_restart
+from collectors.derive import CounterState, derive_signals, detect_reset, is_restart
 from collectors.direct.metrics_reader import sample_plan
 from collectors.direct.scrape import METRICS_PATH, Fetcher, metrics_path, scrape_metrics_async
-from collectors.direct.server_info import fetch_recipe_async
 from collectors.errors import ScrapeError, ScrapeTimeout
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
+from collectors.server_info import fetch_recipe_async
 from collectors.slo import Sli, counter_for, missing_reason
 from config import ScrapeSettings, Target
 
@@ -120,7 +120,7 @@ class DirectSource:
         return [tasks[state.target.name].result() for state in states]
 
     def close(self) -> None:
-        """Nothing to release: the scrape loop and its connections belong to the process."""
+        """Nothing to release: the HTTP loop and its connections belong to the process."""
 
     # -- one target ------------------------------------------------------------------------------------------
     async def _scrape_safely(self, state: _TargetState, slots: asyncio.Semaphore) -> TargetSnapshot:

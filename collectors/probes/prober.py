@@ -8,46 +8,18 @@ opt-in per target, never pass the hourly token budget, never go to a server that
 running cap, and carry ``rid = specwatch-probe-…`` plus an ``X-Specwatch-Probe`` header so operators can
 filter them from their own logs. Every failure is a ``ProbeResult`` with ``error`` in words, never a raise.
 
-This module is what a probe result is and when a probe must not be sent: pure data, imported by the probe
-store, the alert rules and the pages. The requests themselves are sent by ``collectors.probes.sender.Prober``
-(``requests``), imported only by what runs probes.
+This module is how a probe identifies itself and when one must not be sent; what a probe measured is
+``collectors.probe_result.ProbeResult`` (read by the store, the rules and the pages). The requests themselves
+are sent by ``collectors.probes.sender.Prober`` through the HTTP edge, imported only by what runs probes.
 """
 
 from __future__ import annotations
-
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from collectors.model import Signals
 
 RID_PREFIX = "specwatch-probe-"
 PROBE_HEADER = "X-Specwatch-Probe"
 HOUR_S = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeResult:
-    """One probe request (or one skipped / failed one: ``error`` says why, the measurements are None)."""
-
-    ts: float  # unix seconds when the request was sent (or skipped)
-    target: str
-    recipe_id: str | None
-    context_tokens: int  # the length asked for
-    prompt_tokens: int | None = None  # what the server counted
-    completion_tokens: int | None = None
-    verify_ct: int | None = None
-    accept_length: float | None = None  # tokens per verify step, bonus included
-    step_latency_s: float | None = None
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-    running: float | None = None  # the server's running requests at that moment (last snapshot)
-    request_id: str = ""
-    error: str | None = None
-
-    def as_record(self) -> dict[str, Any]:
-        """The JSON object of ``python -m collectors probe --json`` (null for unknown)."""
-        return asdict(self)
 
 
 def backoff_reason(signals: Signals | None, max_queued: int) -> str | None:
@@ -64,4 +36,4 @@ def backoff_reason(signals: Signals | None, max_queued: int) -> str | None:
     return None
 
 
-__all__ = ["HOUR_S", "PROBE_HEADER", "RID_PREFIX", "ProbeResult", "backoff_reason"]
+__all__ = ["HOUR_S", "PROBE_HEADER", "RID_PREFIX", "backoff_reason"]

@@ -10,23 +10,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-
-import requests
+from typing import Protocol
 
 from collectors.errors import StoreError
-from collectors.model import Signals
-from collectors.probes.prober import HOUR_S, ProbeResult
+from collectors.model import CollectorHealth, Recipe, Signals, TargetSnapshot
+from collectors.probe_result import ProbeResult
+from collectors.probes.prober import HOUR_S
 from collectors.probes.sender import Prober
-from collectors.runner import Collector
 from collectors.store.probes import ProbeStore
-from collectors.transport import make_session
 from config import Config, Target
 
 log = logging.getLogger("specwatch.probes")
 MAX_PARALLEL_TARGETS = 8  # sweeps of different targets overlap; one target never gets two at once
 _PRUNE_EVERY_S = 3600.0
+
+
+class Fleet(Protocol):
+    """What the scheduler reads of the running collector (``collectors.runner.Collector``): the targets, their
+    latest snapshots and recipes, and whether a first cycle has run."""
+
+    @property
+    def targets(self) -> Sequence[Target]: ...
+
+    def latest(self) -> Sequence[TargetSnapshot]: ...
+
+    def recipe(self, target: str) -> Recipe | None: ...
+
+    def health(self) -> CollectorHealth: ...
 
 
 class ProbeScheduler:
@@ -35,10 +47,9 @@ class ProbeScheduler:
     def __init__(
         self,
         config: Config,
-        collector: Collector,
+        collector: Fleet,
         store: ProbeStore,
         *,
-        session: requests.Session | None = None,
         clock: Callable[[], float] = time.time,
         own_store: bool = False,
     ) -> None:
@@ -46,8 +57,6 @@ class ProbeScheduler:
         self._own_store = own_store
         self._collector = collector
         self._store = store
-        self._own_session = session is None
-        self._session = session or make_session()
         self._clock = clock
         now = clock()
         try:
@@ -57,7 +66,7 @@ class ProbeScheduler:
             log.warning("probes: %s; starting with an empty budget ledger", exc)
             spent, self._last_sweep = [], {}
         self._stop = threading.Event()
-        self.prober = Prober(config, self._session, clock=clock, spent=spent, stopping=self._stop)
+        self.prober = Prober(config, clock=clock, spent=spent, stopping=self._stop)
         self._pool = ThreadPoolExecutor(MAX_PARALLEL_TARGETS, thread_name_prefix="specwatch-probe")
         self._thread: threading.Thread | None = None
         self._last_prune = now
@@ -143,13 +152,11 @@ class ProbeScheduler:
             self._thread.join()
             self._thread = None
         self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._own_session:
-            self._session.close()
         if self._own_store:
             self._store.close()
 
 
-def start_probes(config: Config, collector: Collector) -> ProbeScheduler | None:
+def start_probes(config: Config, collector: Fleet) -> ProbeScheduler | None:
     """The running daemon's hook: a started scheduler when probes are enabled, else None."""
     if not config.probes.enabled:
         return None

@@ -1,29 +1,29 @@
 """Active probes, the HTTP side: one streamed ``POST /generate`` per context length (see
-``collectors.probes.prober`` for what is measured and when a probe is skipped), under the token budget, with
-``requests`` and the transport's deadline watchdog.
+``collectors.probes.prober`` for what is measured and when a probe is skipped), under the token budget,
+through the HTTP edge's client for targets (its bearer token, TLS, deadline and transport error words).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import requests
-import urllib3
+import aiohttp
 
-from collectors.direct.scrape import Fetcher, _describe_connection_error
-from collectors.errors import ScrapeError
+from collectors.errors import CollectorError
+from collectors.http.exchange import read_head
+from collectors.http.targets import TargetClient
 from collectors.model import Signals
-from collectors.probes.prober import HOUR_S, PROBE_HEADER, RID_PREFIX, ProbeResult, backoff_reason
+from collectors.probe_result import ProbeResult
+from collectors.probes.prober import HOUR_S, PROBE_HEADER, RID_PREFIX, backoff_reason
 from collectors.probes.prompt import DEFAULT_BYTES_PER_TOKEN, build_prompt, calibrated
-from collectors.secrets import safe_url
-from collectors.transport import WATCHDOG
 from config import Config, Target
 
 _MAX_LINE_BYTES = (
@@ -55,7 +55,6 @@ class Prober:
     def __init__(
         self,
         config: Config,
-        session: requests.Session,
         *,
         clock: Callable[[], float] = time.time,
         spent: Sequence[tuple[str, float, int]] = (),
@@ -65,9 +64,7 @@ class Prober:
         # Set when specwatch shuts down: no further probe is sent and one in flight is cut at its next chunk
         # (a sweep of long contexts otherwise kept the process alive for up to a minute after Ctrl-C).
         self._stopping = stopping if stopping is not None else threading.Event()
-        self._scrape = config.scrape
-        self._fetcher = Fetcher(config.scrape)
-        self._session = session
+        self._client = TargetClient(config.scrape)
         self._clock = clock
         self._lock = threading.Lock()
         self._ledger: dict[str, deque[tuple[float, int]]] = {}
@@ -138,9 +135,11 @@ class Prober:
         self._charge(target.name, started, context + max_new)
         base = ProbeResult(started, target.name, recipe_id, context, running=running, request_id=rid)
         try:
-            stream = self._post(target, rid, prompt, max_new)
-        except ProbeError as exc:
-            return _replace(base, error=self._fetcher.redact(target, f"{target.name}: {exc}"))
+            stream = self._client.loop.run(self._post(target, rid, prompt, max_new))
+        except (ProbeError, CollectorError) as exc:
+            # The edge's words start with the target's name already; a ProbeError's do not.
+            error = str(exc).removeprefix(f"{target.name}: ")
+            return _replace(base, error=self._client.redact(target, f"{target.name}: {error}"))
         return self._measure(base, stream, target, prompt)
 
     def _measure(self, base: ProbeResult, stream: _Stream, target: Target, prompt: str) -> ProbeResult:
@@ -180,83 +179,60 @@ class Prober:
             e2e_s=float(e2e) if isinstance(e2e, int | float) and not isinstance(e2e, bool) else None,
         )
 
-    def _post(self, target: Target, rid: str, prompt: str, max_new: int) -> _Stream:
+    async def _post(self, target: Target, rid: str, prompt: str, max_new: int) -> _Stream:
         timeout_s = self._settings.timeout_s
-        url = target.url + "/generate"
-        shown = safe_url(url)
-        try:
-            # The scrape's header builder: one place for the bearer token and its missing-variable error.
-            headers = self._fetcher._headers(target, "text/event-stream")
-        except ScrapeError as exc:
-            raise ProbeError(str(exc).removeprefix(f"{target.name}: ")) from None
-        headers[PROBE_HEADER] = "1"
+        # The edge's headers: one place for the bearer token and its missing-variable error.
+        headers = {
+            **self._client.headers(target, "text/event-stream"),
+            PROBE_HEADER: "1",
+            "Content-Type": "application/json",
+        }
         body = {
             "text": prompt,
             "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
             "stream": True,
             "rid": rid,
         }
-        verify: bool | str = self._scrape.ca_bundle or self._scrape.verify_tls
+        url, what = self._client.where(target, "/generate")
+        what = dataclasses.replace(
+            what,
+            timeout_s=timeout_s,
+            timeout_setting="probes.timeout_s",
+            slow="the server may be hung or overloaded",
+        )
+        shown = what.peer
         sent = time.monotonic()
-        with WATCHDOG.scope(sent + timeout_s) as scope:
-            try:
-                response = self._session.post(
-                    url,
-                    json=body,
-                    headers=headers,
-                    timeout=(timeout_s, timeout_s),
-                    stream=True,
-                    verify=verify,
-                    allow_redirects=False,
-                )
-                try:
-                    return self._read(response, shown, sent)
-                finally:
-                    response.close()
-            except ProbeError:
-                raise
-            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-                if scope.expired or isinstance(exc, requests.Timeout | TimeoutError):
-                    raise ProbeError(
-                        f"no complete answer from {shown} within probes.timeout_s ({timeout_s:g} s); the "
-                        "server may be hung or overloaded"
-                    ) from None
-                if isinstance(
-                    exc, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError
-                ):
-                    raise ProbeError(f"{shown}: the stream was cut off mid-answer") from None
-                raise ProbeError(f"{shown}: {_describe_connection_error(exc)}") from None
-
-    def _read(self, response: requests.Response, shown: str, sent: float) -> _Stream:
-        status = response.status_code
-        if status != 200:
-            raise ProbeError(f"{shown} answered HTTP {status}: {_server_message(response)}")
-        kind = response.headers.get("Content-Type", "")
-        if "text/event-stream" not in kind:
-            raise ProbeError(f"{shown} did not answer with an event stream (Content-Type {kind[:60]!r})")
-        first: tuple[float, dict[str, Any]] | None = None
-        last: tuple[float, dict[str, Any]] | None = None
-        done = False
-        for line in _lines(response, shown, self._stopping):
-            if not line.startswith(b"data:"):
-                continue  # blank separators, comments, event: lines
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise ProbeError(f"{shown}: an event is not JSON: {data[:80]!r}") from None
-            meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
-            if not isinstance(meta, dict):
-                if isinstance(chunk, dict) and "error" in chunk:
-                    raise ProbeError(f"{shown}: the server reported an error: {str(chunk['error'])[:200]}")
-                raise ProbeError(f"{shown}: an event has no meta_info (not SGLang's /generate?)")
-            now = time.monotonic() - sent
-            if first is None:
-                first = (now, meta)
-            last = (now, meta)
+        async with self._client.send(
+            target,
+            url,
+            what,
+            method="POST",
+            headers=headers,
+            data=json.dumps(body).encode(),
+            deadline=sent + timeout_s,
+        ) as response:
+            status = response.status
+            if status != 200:
+                said = _server_message(await read_head(response, 4096))
+                raise ProbeError(f"{shown} answered HTTP {status}: {said}")
+            kind = response.headers.get("Content-Type", "")
+            if "text/event-stream" not in kind:
+                raise ProbeError(f"{shown} did not answer with an event stream (Content-Type {kind[:60]!r})")
+            first: tuple[float, dict[str, Any]] | None = None
+            last: tuple[float, dict[str, Any]] | None = None
+            done = False
+            async for line in _lines(response, shown, self._stopping):
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event: lines
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                now = time.monotonic() - sent
+                meta = _meta(data, shown)
+                if first is None:
+                    first = (now, meta)
+                last = (now, meta)
         if first is None or last is None:
             raise ProbeError(f"{shown}: the stream ended without a single event")
         if not done:
@@ -264,11 +240,27 @@ class Prober:
         return _Stream(first[0], last[0], first[1], last[1])
 
 
-def _lines(response: requests.Response, shown: str, stopping: threading.Event) -> Iterator[bytes]:
+def _meta(data: bytes, shown: str) -> dict[str, Any]:
+    """The ``meta_info`` of one event (SGLang's per-request statistics so far)."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        raise ProbeError(f"{shown}: an event is not JSON: {data[:80]!r}") from None
+    meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
+    if not isinstance(meta, dict):
+        if isinstance(chunk, dict) and "error" in chunk:
+            raise ProbeError(f"{shown}: the server reported an error: {str(chunk['error'])[:200]}")
+        raise ProbeError(f"{shown}: an event has no meta_info (not SGLang's /generate?)")
+    return meta
+
+
+async def _lines(
+    response: aiohttp.ClientResponse, shown: str, stopping: threading.Event
+) -> AsyncIterator[bytes]:
     """The stream's lines; a line or an answer past its cap is refused (the deadline bounds only time), and
     the stream is cut at the next chunk once ``stopping`` is set."""
     pending, total = b"", 0
-    for chunk in response.iter_content(65536):
+    async for chunk in response.content.iter_any():
         if stopping.is_set():
             raise ProbeError(f"{shown}: cut off mid-answer: specwatch is stopping")
         total += len(chunk)
@@ -284,11 +276,9 @@ def _lines(response: requests.Response, shown: str, stopping: threading.Event) -
         yield pending.rstrip(b"\r")
 
 
-def _server_message(response: requests.Response) -> str:
-    try:
-        text = response.raw.read(4096, decode_content=True).decode("utf-8", errors="replace")
-    except (OSError, urllib3.exceptions.HTTPError):
-        return "(no readable body)"
+def _server_message(head: bytes) -> str:
+    """What a refusing server said (SGLang answers errors in JSON: its message, else the text)."""
+    text = head.decode("utf-8", errors="replace")
     try:
         payload = json.loads(text)
     except ValueError:

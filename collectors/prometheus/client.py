@@ -2,6 +2,8 @@
 
 Speaks the ``/api/v1/query(_range)`` contract of Prometheus, Thanos Query, Mimir and VictoriaMetrics; every
 failure (unreachable, timeout, bad query, refused, non-JSON) becomes one ``QueryError`` saying what to check.
+Requests go through the HTTP edge (``collectors.http``): its deadline, body cap, redirect policy and transport
+error words; what Prometheus answered (its status, its JSON) is read here.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import requests
+from yarl import URL
 
 from collectors.errors import QueryError
+from collectors.http.exchange import exchange, read_body
+from collectors.http.failures import What
+from collectors.http.loop import HTTP_LOOP
 from collectors.secrets import Redactor, safe_url, url_secrets
-from collectors.transport import WATCHDOG, make_service_session
 from config.settings import PrometheusSettings
 
 # Prometheus refuses range queries above 11,000 points per series; stay just under it.
@@ -75,7 +79,6 @@ class PromClient:
         self,
         url: str,
         *,
-        session: requests.Session | None = None,
         timeout_s: float = 10.0,
         headers: Mapping[str, str] | None = None,
         bearer_token: str | None = None,
@@ -93,8 +96,6 @@ class PromClient:
         self.max_body_bytes = max_body_bytes
         # Integer milliseconds parse in Prometheus and VictoriaMetrics alike, so the server gives up first.
         self._timeout_param = f"{max(int(timeout_s * 1000), 1)}ms"
-        self._own_session = session is None
-        self._session = session if session is not None else make_service_session()
         self._headers = {"Accept": "application/json", **(headers or {})}
         if bearer_token:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
@@ -104,9 +105,7 @@ class PromClient:
         self._redact = Redactor(s for s in secrets if len(s) >= 4)
 
     @classmethod
-    def from_settings(
-        cls, settings: PrometheusSettings, *, session: requests.Session | None = None
-    ) -> PromClient:
+    def from_settings(cls, settings: PrometheusSettings) -> PromClient:
         """Build a client from ``prometheus:`` settings; the bearer token is read from the named variable."""
         token: str | None = None
         if settings.bearer_token_env:
@@ -118,7 +117,6 @@ class PromClient:
                 )
         return cls(
             settings.url,
-            session=session,
             timeout_s=settings.timeout_s,
             headers=settings.headers,
             bearer_token=token,
@@ -129,8 +127,7 @@ class PromClient:
         return self._redact(text)
 
     def close(self) -> None:
-        if self._own_session:
-            self._session.close()
+        """Nothing to release: the HTTP loop and its connections belong to the process."""
 
     # -- queries -----------------------------------------------------------------------------------------
     def query(
@@ -201,15 +198,15 @@ class PromClient:
             raise self._malformed(expr, f"a matrix entry is malformed ({exc!r})") from exc
         return series
 
-    # -- transport: the one place requests' exceptions are translated ---------------------------------
+    # -- transport: through the edge; Prometheus's answers are read here ------------------------------------
     def _call(
         self, endpoint: str, params: dict[str, str], expr: str, warnings: list[str] | None
     ) -> dict[str, Any]:
         try:
-            data, said = self._call_raw(endpoint, params, expr)
+            status, content_type, body = HTTP_LOOP.run(self._send(endpoint, params, expr))
+            data, said = self._decode(status, content_type, body, expr)
         except QueryError as exc:
             # Every message may quote the server (its error text, a body snippet): never its credentials.
-            # from None: the cause (requests' own message) may quote the URL with its password
             raise QueryError(self.redact(str(exc))) from None
         if said and warnings is not None:
             warnings.extend(self.redact(_quote(text)) for text in said[:_WARNINGS_KEPT])
@@ -217,71 +214,51 @@ class PromClient:
                 warnings.append(f"and {len(said) - _WARNINGS_KEPT} more warnings")
         return data
 
-    def _call_raw(self, endpoint: str, params: dict[str, str], expr: str) -> tuple[dict[str, Any], list[str]]:
-        url = f"{self.url}/api/v1/{endpoint}"
-        # requests' timeout bounds each socket read; the deadline bounds the whole answer.
-        deadline = time.monotonic() + self.timeout_s
-        # The watchdog cuts a connection (of a DeadlineAdapter session) at the deadline, so even a server
-        # trickling bytes cannot hold a query longer than timeout_s.
-        try:
-            with WATCHDOG.scope(deadline) as cut:
-                # POST keeps long fleet selectors clear of URL-length limits; GET for proxies refusing POST.
-                response = self._session.post(
-                    url, data=params, headers=self._headers, timeout=self.timeout_s, stream=True
-                )
-                if response.status_code == 405:
-                    response.close()
-                    response = self._session.get(
-                        url, params=params, headers=self._headers, timeout=self.timeout_s, stream=True
-                    )
-                body = self._read_body(response, expr, deadline)
-        except requests.RequestException as exc:
-            if isinstance(exc, requests.Timeout) or cut.expired:
-                raise QueryError(
-                    f"Prometheus at {self.safe_url} did not answer within {self.timeout_s:g} s "
-                    f"(query: {_quote(expr)}); it may be overloaded or the query too heavy: narrow the "
-                    "range or selector, or raise prometheus.timeout_s"
-                ) from exc
-            if isinstance(exc, requests.ConnectionError):
-                raise QueryError(
-                    f"Prometheus at {self.safe_url} is unreachable ({_reason(exc)}); check prometheus.url "
-                    "and that the server is running"
-                ) from exc
-            raise QueryError(f"Prometheus at {self.safe_url}: request failed ({_reason(exc)})") from exc
-        return self._decode(response, body, expr)
+    def _what(self, expr: str) -> What:
+        return What(
+            f"Prometheus at {self.safe_url}",
+            self.timeout_s,
+            timeout_setting="prometheus.timeout_s",
+            url_setting="prometheus.url",
+            tls_setting="its certificate against this machine's CA certificates",
+            cap_setting="",
+            slow="it may be overloaded or the query too heavy: narrow the range or selector",
+            too_large="narrow the time range or the selector",
+            detail=f" (query: {_quote(expr)})",
+            error=QueryError,
+        )
 
-    def _read_body(self, response: requests.Response, expr: str, deadline: float) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        with response:
-            try:
-                for chunk in response.iter_content(chunk_size=1 << 20):
-                    size += len(chunk)
-                    if size > self.max_body_bytes:
-                        raise QueryError(
-                            f"Prometheus at {self.safe_url} sent more than {self.max_body_bytes >> 20} MiB "
-                            f"for one query ({_quote(expr)}); narrow the time range or the selector"
-                        )
-                    if time.monotonic() > deadline:
-                        raise requests.Timeout("the whole-answer deadline passed")
-                    chunks.append(chunk)
-            except requests.ConnectionError as exc:
-                # requests reports a read timeout inside the body as a ConnectionError: keep the right words.
-                if "timed out" in str(exc).lower():
-                    raise requests.Timeout(str(exc)) from exc
-                raise
-        return b"".join(chunks)
+    async def _send(self, endpoint: str, params: dict[str, str], expr: str) -> tuple[int, str, bytes]:
+        """The answer's status, Content-Type and whole body (at most ``max_body_bytes``) within one deadline
+        for both tries; Prometheus's error answers are JSON too, so they are read like the rest."""
+        url = f"{self.url}/api/v1/{endpoint}"
+        what = self._what(expr)
+        deadline = time.monotonic() + self.timeout_s
+        # POST keeps long fleet selectors clear of URL-length limits; GET for proxies refusing POST.
+        for post in (True, False):
+            async with exchange(
+                "POST" if post else "GET",
+                url if post else URL(url).with_query(params),
+                what,
+                deadline=deadline,
+                headers=self._headers,
+                data=params if post else None,
+                services=True,
+            ) as response:
+                if response.status == 405 and post:
+                    continue
+                body = await read_body(response, self.max_body_bytes, deadline)
+                return response.status, response.headers.get("Content-Type", "no Content-Type"), body
+        raise AssertionError("unreachable: the GET answers")  # pragma: no cover
 
     def _decode(
-        self, response: requests.Response, body: bytes, expr: str
+        self, status: int, content_type: str, body: bytes, expr: str
     ) -> tuple[dict[str, Any], list[str]]:
-        status = response.status_code
         try:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             payload = None
         if not isinstance(payload, dict):
-            content_type = response.headers.get("Content-Type", "no Content-Type")
             snippet = _quote(body[:200].decode("utf-8", "replace")) or "an empty body"
             hint = _status_hint(status) or "is prometheus.url the query API's base URL?"
             raise QueryError(
@@ -321,6 +298,8 @@ class PromClient:
 
 
 def _status_hint(status: int) -> str:
+    if 300 <= status < 400:
+        return "redirects are not followed: set prometheus.url to the address it points to"
     if status in (401, 403):
         return f"access refused (HTTP {status}): check prometheus.bearer_token_env and prometheus.headers"
     if status == 404:
@@ -328,12 +307,3 @@ def _status_hint(status: int) -> str:
     if status >= 500:
         return f"the server failed (HTTP {status}); see its logs"
     return ""
-
-
-def _reason(exc: BaseException) -> str:
-    # requests nests the useful words ("Connection refused") several exceptions deep; surface them.
-    text = str(exc)
-    for marker in ("Connection refused", "Name or service not known", "No route to host", "Connection reset"):
-        if marker in text:
-            return marker.lower()
-    return _quote(text)

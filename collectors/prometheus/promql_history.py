@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import pandas as pd
 
-from collectors.direct.derive import EVALUATION_ORDER, spec_enabled
+from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.prometheus.naming import TargetKey, by_instance, instance_of_name, target_names

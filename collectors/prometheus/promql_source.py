@@ -13,9 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import requests
-
-from collectors.direct.derive import apply_plain_decoding, spec_enabled
+from collectors.derive import apply_plain_decoding, spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, SourceHealth, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
@@ -61,7 +59,6 @@ class PrometheusSource:
         config: Config,
         targets: Sequence[Target] | None = None,
         *,
-        session: requests.Session | None = None,
         clock: Callable[[], float] = time.time,
         client: PromClient | None = None,
         recipe_fetcher: RecipeFetcher | None = None,
@@ -71,13 +68,10 @@ class PrometheusSource:
             raise QueryError("source: prometheus needs a prometheus: {url: ...} section in the config")
         self.config = config
         self.queries = signal_queries(config)
-        # The Prometheus client keeps its own session: the runner's one is tuned for the targets.
         self.client = client if client is not None else PromClient.from_settings(config.prometheus)
         self._clock = clock
-        self._own_session = session is None and recipe_fetcher is None
-        self._session = session if session is not None else requests.Session()
         self._book = RecipeBook(
-            recipe_fetcher or default_recipe_fetcher(config, self._session),
+            recipe_fetcher or default_recipe_fetcher(config),
             workers=min(config.scrape.concurrency, 16),
             first_wait_s=config.scrape.timeout_s + 0.5,
         )
@@ -166,8 +160,6 @@ class PrometheusSource:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._book.close()
         self.client.close()
-        if self._own_session:
-            self._session.close()
 
     @property
     def recipes(self) -> dict[str, Recipe]:
@@ -345,7 +337,7 @@ class PrometheusSource:
             values = {signal: by_key.get(key) for signal, by_key in answers.signals.items()}
             errors.extend(answers.errors)
             if spec_known and spec_enabled(recipe) is False:
-                # Plain decoding emits one token per request per step (as direct.derive): step = TPOT.
+                # Plain decoding emits one token per request per step (as collectors.derive): step = TPOT.
                 values = apply_plain_decoding(values)
             info_error = self._book.error(key)
             if recipe is None and info_error is not None:

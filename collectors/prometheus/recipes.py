@@ -12,8 +12,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-import requests
-
 from collectors.errors import CollectorError
 from collectors.model import Recipe
 from collectors.prometheus.recipe_labels import recipe_from_labels
@@ -26,13 +24,14 @@ RECIPE_REFRESH_S = 600.0
 RECIPE_RETRY_S = 300.0
 
 
-def default_recipe_fetcher(config: Config, session: requests.Session) -> RecipeFetcher:
-    """Read /server_info with the direct source's fetcher (same timeouts, size cap, TLS and token rules)."""
-    from collectors.direct.scrape import Fetcher
-    from collectors.direct.server_info import fetch_recipe
+def default_recipe_fetcher(config: Config) -> RecipeFetcher:
+    """Read /server_info as the direct source does: the edge's client for targets (same timeouts, size cap,
+    TLS and token rules)."""
+    from collectors.http.targets import TargetClient
+    from collectors.server_info import fetch_recipe
 
-    fetcher = Fetcher(config.scrape)
-    return lambda target: fetch_recipe(fetcher, target)
+    client = TargetClient(config.scrape)
+    return lambda target: fetch_recipe(client, target)
 
 
 @dataclass(slots=True)
@@ -88,7 +87,7 @@ class RecipeBook:
     def _read(self, entry: _Entry, target: Target, now: float) -> None:
         try:
             recipe = self._fetch(target)
-        except (CollectorError, requests.RequestException, ValueError) as exc:
+        except (CollectorError, ValueError) as exc:  # a failure must never leave the entry pending for good
             with self._lock:
                 entry.failed_at, entry.error, entry.pending = now, str(exc), None
             return

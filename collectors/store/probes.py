@@ -14,7 +14,7 @@ from dataclasses import fields
 import pandas as pd
 
 from collectors.errors import StoreError
-from collectors.probes.prober import ProbeResult
+from collectors.probe_result import ProbeResult
 from collectors.store.connections import ThreadConnections
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ProbeResult))

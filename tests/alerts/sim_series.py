@@ -17,7 +17,7 @@ from typing import Any
 from alerts.engine import AlertEngine
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
-from collectors.direct.derive import CounterState, derive_signals
+from collectors.derive import CounterState, derive_signals
 from collectors.direct.metrics_reader import parse_exposition
 from collectors.model import Recipe, TargetSnapshot
 from sim.fleet import SimFleet

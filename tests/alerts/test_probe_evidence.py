@@ -11,7 +11,7 @@ from alerts.model import Condition, Evaluation
 from alerts.rules import build_rules
 from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.window import TargetHistory
-from collectors.probes.prober import ProbeResult
+from collectors.probe_result import ProbeResult
 from collectors.store.probes import ProbeStore
 from config import parse_config
 from tests.alerts.conftest import snap

@@ -13,7 +13,7 @@ import pytest
 from alerts.service import Service
 from analysis.slo_attribution import attribute
 from analysis.slo_report import goodput, probe_goodput, slo_status
-from collectors.probes.prober import ProbeResult
+from collectors.probe_result import ProbeResult
 from collectors.slo import Scope, build_slos
 from collectors.store.probes import ProbeStore
 from config import parse_config

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors.direct.derive import CUMULATIVE_SAMPLES, CounterState, derive_signals, detect_reset
+from collectors.derive import CUMULATIVE_SAMPLES, CounterState, derive_signals, detect_reset
 from collectors.direct.metrics_reader import SIGNAL_SAMPLES, parse_exposition
 from collectors.model import SIGNAL_NAMES, Recipe
 from tests.collectors.bodies import SERVER_INFO, Load, render
@@ -170,7 +170,7 @@ def test_missing_families_are_unknown_not_zero() -> None:
 
 
 def test_max_running_comes_from_the_recipe() -> None:
-    from collectors.direct.server_info import recipe_from_server_info
+    from collectors.server_info import recipe_from_server_info
 
     recipe = recipe_from_server_info(SERVER_INFO)
     assert derive_signals(values_of(Load()), 0.0, None, recipe).signals.max_running == 48.0

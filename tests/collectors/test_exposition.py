@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.direct.derive import derive_signals
+from collectors.derive import derive_signals
 from collectors.direct.metrics_reader import SAMPLE_MATCH, SIGNAL_SAMPLES, parse_exposition
 from collectors.errors import BadExposition
 from tests.collectors.bodies import OPENMETRICS_ACCEPT, OPENMETRICS_UTF8_ACCEPT, TEXT_ACCEPT, Load, render

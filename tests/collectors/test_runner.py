@@ -16,7 +16,6 @@ from collectors.direct.direct_source import DirectSource
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
-from collectors.transport import make_session
 from config import Config, Target, load_config, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load
 from tests.collectors.servers import FakeSGLang, LoopbackServer, Route, refused_url, reply, silent_listener
@@ -61,9 +60,8 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
     clock = Clock()
     config = fleet_config([("east-0", east.url), ("dead-0", dead), ("west-0", west.url)])
     # Windows of exactly 5 s: the test's clock times the rates too (in production, time.monotonic does).
-    session = make_session()
     source = DirectSource(config.scrape, config.targets, clock=clock, rate_clock=clock)
-    with Collector(config, store, clock=clock, session=session, source=source) as collector:
+    with Collector(config, store, clock=clock, source=source) as collector:
         first = collector.run_cycle()
         east.load = east.load.advanced(
             generation_tokens=16000, realtime_decode=16000, verify_calls=6400, itl_sum=1600.0, itl_count=16000
@@ -96,7 +94,6 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
         assert health["dead-0"].consecutive_failures == 2
         assert health["dead-0"].last_success_ts is None
         assert health["east-0"].staleness_s == 0.0
-    session.close()  # ours: the collector closes only sessions it made
 
     history = store.read_samples(clock.now - 60, clock.now + 1)
     assert len(history) == 6

@@ -211,7 +211,7 @@ def _client_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if "process_request" not in t.name}
 
 
-# -- gzip through ISA-L (aiohttp's zlib backend, collectors/transport.py) ------------------------------------
+# -- gzip through ISA-L (aiohttp's zlib backend, collectors/http/loop.py) ------------------------------------
 def test_gzip_bodies_read_through_isal_the_same_as_plain(loopback: Start) -> None:
     body, _ = render(Load())
     for level in (1, 6, 9):  # the sim compresses at 1, prometheus_client at 9

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from collectors.direct.scrape import Fetcher
-from collectors.direct.server_info import fetch_recipe, recipe_from_server_info
 from collectors.errors import BadServerInfo, HTTPStatusError
 from collectors.model import Recipe
+from collectors.server_info import fetch_recipe, recipe_from_server_info
 from tests.collectors.bodies import MODEL, SERVER_INFO
 from tests.collectors.conftest import scrape_settings, target
 from tests.collectors.servers import LoopbackServer, Route, json_reply, reply

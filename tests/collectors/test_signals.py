@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.direct.derive import apply_plain_decoding, derive_signals
+from collectors.derive import apply_plain_decoding, derive_signals
 from collectors.direct.metrics_reader import SAMPLE_MATCH, SIGNAL_SAMPLES
 from collectors.model import SIGNAL_NAMES, Signals
 from collectors.prometheus import queries
@@ -43,7 +43,7 @@ def test_every_promql_signal_reads_only_catalogue_families() -> None:
 
 def _referenced(signal: str) -> set[str]:
     """Families of the signals ``signal`` refers to (inlined in its PromQL)."""
-    from collectors.direct.derive import _refs
+    from collectors.derive import _refs
 
     expr = BY_NAME[signal].expr
     out: set[str] = set()

@@ -15,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.slo_cli import run as run_slo_cli
 from analysis.slo_report import slo_status
 from collectors.direct.metrics_reader import parse_exposition, sample_plan
+from collectors.direct.slo_backfill import SloBackfill
 from collectors.model import TargetSnapshot
 from collectors.slo import EventCounts, Scope, Sli, build_slos, event_counts, kept_samples
-from collectors.slo_ledger import SloBackfill, SloLedger
+from collectors.slo_ledger import SloLedger
 from collectors.store.slo_counts import SloCountStore
 from config import ConfigError, parse_config
 from config.settings import DEFAULT_BOUNDARIES_S

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from collectors.direct.derive import derive_signals
+from collectors.derive import derive_signals
 from collectors.direct.direct_source import DirectSource
 from collectors.direct.metrics_reader import parse_exposition
 from collectors.model import Recipe, Signals, TargetSnapshot

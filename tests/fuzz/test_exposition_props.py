@@ -13,7 +13,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.direct.derive import CounterState, derive_signals
+from collectors.derive import CounterState, derive_signals
 from collectors.direct.metrics_reader import SIGNAL_SAMPLES, parse_exposition
 from collectors.errors import BadExposition
 from collectors.model import Recipe

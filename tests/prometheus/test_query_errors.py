@@ -32,7 +32,7 @@ def _answer(server: StaticServer, status: int, payload: object) -> None:
 
 def test_unreachable_prometheus_names_the_url_and_what_to_check() -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    with pytest.raises(QueryError, match="is unreachable \\(connection refused\\)") as caught:
+    with pytest.raises(QueryError, match="connection refused; check the server is running") as caught:
         PromClient(url, timeout_s=2).query("up")
     assert url in str(caught.value)
     assert "prometheus.url" in str(caught.value)
@@ -42,7 +42,7 @@ def test_a_slow_prometheus_times_out_within_the_configured_time(api: StaticServe
     api.delay_s = 3.0
     _answer(api, 200, {"status": "success", "data": {"resultType": "vector", "result": []}})
     started = time.monotonic()
-    with pytest.raises(QueryError, match=r"did not answer within 0\.5 s") as caught:
+    with pytest.raises(QueryError, match=r"no complete answer from .* within 0\.5 s \(timeout\)") as caught:
         PromClient(api.url, timeout_s=0.5).query("up")
     assert time.monotonic() - started < 2.5
     assert "prometheus.timeout_s" in str(caught.value)
@@ -141,11 +141,11 @@ def test_when_prometheus_goes_away_every_known_target_is_unknown_with_the_reason
         source.close()
     assert {s.target for s in snapshots} == {"golden", flaky.netloc}
     assert not source.health().answered
-    assert "is unreachable" in (source.health().error or "")
+    assert "connection refused" in (source.health().error or "")
     for snapshot in snapshots:
         assert snapshot.unknown  # not down: Prometheus said nothing about it
         assert not snapshot.up
         assert snapshot.error is not None
         assert "cannot read it from Prometheus" in snapshot.error
-        assert "is unreachable" in snapshot.error
+        assert "connection refused" in snapshot.error
         assert all(value is None for value in snapshot.signals.as_dict().values())

@@ -124,7 +124,7 @@ def test_a_prometheus_outage_pages_once_about_prometheus_and_never_about_targets
         if alert["status"] == "firing" and alert["labels"]["alertname"] == "SourceDown"
     ]
     assert firing["labels"]["target"] == f"http://127.0.0.1:{port}"
-    assert "unreachable" in firing["annotations"]["description"]
+    assert "connection refused" in firing["annotations"]["description"]
     # Logged once when Prometheus went away and once when it came back, not once per cycle.
     assert log.count("every target is unknown (not down)") == 1, log[-3000:]
     assert log.count("answers completely again") == 1, log[-3000:]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from collectors.model import Signals, TargetSnapshot
-from collectors.probes.prober import ProbeResult
+from collectors.probe_result import ProbeResult
 from collectors.store.probes import ProbeStore
 from collectors.store.sqlite_store import SqliteStore
 from tests.views.conftest import page_test, write_config

@@ -1,5 +1,8 @@
 """The recipe of a server: SGLang's /server_info (or /get_server_info before 0.5.6) JSON → ``Recipe``.
 
+Read by both sources: the direct source beside each scrape, the Prometheus source for the targets it sees
+(``collectors.prometheus.recipes``), through the HTTP edge's client for targets.
+
 Only the flags that matter are kept (``model.RECIPE_FLAGS``), with SGLang's renames folded in:
 ``cuda_graph_max_bs`` became ``cuda_graph_max_bs_decode`` in 0.5.14, and the model is ``served_model_name`` or
 else ``model_path``.
@@ -14,8 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from collectors.direct.scrape import Fetcher
 from collectors.errors import BadServerInfo, HTTPStatusError
+from collectors.http.targets import TargetClient
 from collectors.model import RECIPE_FLAGS, FlagValue, Recipe
 from config import Target
 
@@ -114,12 +117,14 @@ def parse_server_info(body: bytes) -> dict[str, Any]:
     return data
 
 
-def fetch_recipe(fetcher: Fetcher, target: Target, *, deadline: float | None = None) -> Recipe:
-    """``fetch_recipe_async`` from a thread other than the scrape loop's."""
+def fetch_recipe(fetcher: TargetClient, target: Target, *, deadline: float | None = None) -> Recipe:
+    """``fetch_recipe_async`` from a thread other than the HTTP loop's."""
     return fetcher.loop.run(fetch_recipe_async(fetcher, target, deadline=deadline))
 
 
-async def fetch_recipe_async(fetcher: Fetcher, target: Target, *, deadline: float | None = None) -> Recipe:
+async def fetch_recipe_async(
+    fetcher: TargetClient, target: Target, *, deadline: float | None = None
+) -> Recipe:
     """GET /server_info (falling back to /get_server_info on 404) and read the recipe from it."""
     for index, path in enumerate(SERVER_INFO_PATHS):
         try:

@@ -2,6 +2,7 @@
 
 Without ``--once`` it sweeps every ``probes.interval_s`` until SIGTERM. One collector cycle runs first, so
 each probe knows the target's recipe and whether it is queueing (a queueing server is skipped, said in words).
+Wiring, beside ``collectors.runner``: the probes themselves (``collectors.probes``) know no collector.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from types import FrameType
 
 from collectors.errors import CollectorError
-from collectors.probes.prober import ProbeResult
+from collectors.probe_result import ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
 from collectors.prometheus.promql_history import open_history
 from collectors.runner import Collector

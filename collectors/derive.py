@@ -5,6 +5,9 @@ small Python closures, so this module says nothing about SGLang that the catalog
 clock: the caller passes timestamps, from a monotonic clock (a wall-clock step would otherwise turn into a
 rate spike or a negative window). Safe across counter resets: if any counter went down the server restarted,
 and every rate of that cycle is None (unknown) rather than negative or a spike.
+
+Both sources derive through it: the direct source from each scrape, the Prometheus source for what PromQL
+cannot say (plain decoding's rules, whether speculative decoding is on).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from collectors.direct.metrics_reader import SIGNAL_SAMPLES
 from collectors.model import SIGNAL_NAMES, Recipe, Signals
 from collectors.signals import (
     BY_NAME,
@@ -32,10 +34,13 @@ from collectors.signals import (
     Unless,
     When,
     Zero,
+    all_families,
 )
 
+# Counters and histograms' _sum/_count (the direct reader sums them over labels): they only ever go up, except
+# at a restart or a counter reset.
 CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(
-    name for name, kind in SIGNAL_SAMPLES.items() if kind == "cumulative"
+    dict.fromkeys(sample for family in all_families() if family.kind != "gauge" for sample in family.samples)
 )
 
 
