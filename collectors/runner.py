@@ -18,10 +18,10 @@ from pathlib import Path
 import requests
 
 from collectors.errors import StoreError
+from collectors.history import HistoryStore
 from collectors.model import CollectorHealth, Event, Recipe, SourceHealth, TargetHealth, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.integrity import is_corruption
-from collectors.store.sqlite_store import HistoryStore
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
 from collectors.transport import ensure_pool_capacity, make_session
@@ -66,7 +66,12 @@ def _racy(signature: tuple[int, int, int, int] | None) -> bool:
 
 
 class Collector:
-    """Scrapes the fleet every ``scrape.interval_s``, keeps history, and tells observers about each cycle."""
+    """Scrapes the fleet every ``scrape.interval_s``, keeps history, and tells observers about each cycle.
+
+    ``source``: where snapshots come from, handed in by whoever made it (and closes it): the history's own
+    Prometheus source (``open_history``), so a process builds one; None: the source ``config`` names, made
+    here with the collector's session and closed with it.
+    """
 
     def __init__(
         self,
@@ -105,15 +110,9 @@ class Collector:
 
         self._own_session = session is None
         self._session = session if session is not None else make_session(len(self._targets))
-        self._own_source = True
-        if source is None and config.source == "prometheus":
-            from collectors.prometheus.promql_history import PrometheusHistory
-
-            if isinstance(store, PrometheusHistory):
-                # One Prometheus source per process: the history store's (it closes it).
-                source = store.source
-                source.update_targets(self._targets)
-                self._own_source = False
+        self._own_source = source is None
+        if source is not None:
+            source.update_targets(self._targets)  # the targets_file's too
         try:
             self._source = (
                 source

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from collectors.history import HistoryReader
 from collectors.model import loss_shares
+from collectors.sample_columns import means_by_target
 from collectors.slo import (
     REPORT_WINDOWS_S,
     BurnWindow,
@@ -27,7 +29,6 @@ from collectors.slo import (
     burn_rate,
 )
 from collectors.slo_ledger import SloCounts
-from collectors.store.sqlite_store import HistoryStore
 
 GOODPUT_WINDOW_S = 300.0
 # The attribution compares the last quarter hour with the latest quarter hour before it that did not burn:
@@ -137,7 +138,7 @@ def slo_status(
     scope: Scope,
     now: float,
     *,
-    history: HistoryStore | None = None,
+    history: HistoryReader | None = None,
     deployments: Mapping[str, str] | None = None,
     worst: int = 5,
 ) -> SloStatus:
@@ -164,7 +165,7 @@ def slo_status(
 
 
 def slo_statuses(
-    counts: SloCounts, slos: Sequence[Slo], now: float, *, history: HistoryStore | None = None
+    counts: SloCounts, slos: Sequence[Slo], now: float, *, history: HistoryReader | None = None
 ) -> list[SloStatus]:
     """Every SLO in every scope it has events in (the whole fleet first)."""
     deployments = target_deployments(history) if history is not None else {}
@@ -175,7 +176,7 @@ def slo_statuses(
     ]
 
 
-def target_deployments(history: HistoryStore) -> dict[str, str]:
+def target_deployments(history: HistoryReader) -> dict[str, str]:
     """Each target's deployment as of its latest row."""
     return {s.target: s.deployment for s in history.latest()}
 
@@ -335,7 +336,7 @@ def attribute(
     scope: Scope,
     now: float,
     *,
-    history: HistoryStore,
+    history: HistoryReader,
     window_s: float = ATTRIBUTION_WINDOW_S,
     deployments: Mapping[str, str] | None = None,
 ) -> Attribution:
@@ -372,20 +373,12 @@ def attribute(
 
 
 def _means(
-    history: HistoryStore, targets: Sequence[str], start: float, end: float
+    history: HistoryReader, targets: Sequence[str], start: float, end: float
 ) -> dict[str, dict[str, float]]:
     """Per target: the mean of each signal over [start, end] (only the known ones)."""
-    frame = history.read_samples(start, end, targets=list(targets), max_points=120)
-    if frame.empty:
-        return {}
     wanted = ["tpot_s", "step_latency_s", "accept_length", "avg_context_tokens", "ttft_s", "queue_time_s"]
     wanted += ["retractions_per_s"]
-    up = frame[frame["up"].astype(bool)] if "up" in frame else frame
-    grouped = up.groupby("target")[wanted].mean(numeric_only=True)
-    return {
-        str(target): {str(name): float(value) for name, value in row.items() if pd.notna(value)}
-        for target, row in grouped.iterrows()
-    }
+    return means_by_target(history.read_columns(start, end, wanted, 120, list(targets)))
 
 
 def _weighted(

@@ -18,13 +18,13 @@ from alerts.model import Condition, Evaluation, to_pairs
 from alerts.promql import Exported, PromQL, duration
 from alerts.rules.base import Rule, RuleSettings, setting
 from alerts.window import TargetHistory
+from collectors.history import HistoryReader
 from collectors.model import Recipe
 from collectors.prometheus import slo_rules
 from collectors.prometheus.slo_rules import window_name
 from collectors.slo import Scope, Slo, budget_remaining
 from collectors.slo_ledger import SloCounts
 from collectors.slo_report import Attribution, BurnCheck, attribute, burn_checks
-from collectors.store.sqlite_store import HistoryStore
 
 SEVERITY_KEYS = ("page", "ticket")
 ATTRIBUTION_EVERY_S = 60.0  # the attribution reads history: at most once a minute per burning instance
@@ -82,7 +82,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         scope: Scope,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
     ) -> Sequence[Evaluation]:
         """One verdict per severity with conditions: BREACH while one holds, HOLD above the recovery
         fraction, CLEAR when none does (or below the traffic floor), NO_DATA without events."""
@@ -108,7 +108,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         budget_left: float | None,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
     ) -> Evaluation:
         first = checks[0].window
         labels = to_pairs(
@@ -137,7 +137,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         key: str,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
         *,
         fresh: bool,
     ) -> Attribution | None:

@@ -66,7 +66,7 @@ def _live(ctx: PageContext) -> None:
         if table.empty:
             blocks.explain_no_samples(ctx, "server has reported")
             return
-        capacity = capacity_frame(table, data.recipes(ctx.store_path))
+        capacity = capacity_frame(table, data.recipes(ctx.reads))
         live = capacity[capacity["status"] == STATUS_UP]
         with st.container(border=True):
             st.markdown("#### Verdict")
@@ -133,7 +133,7 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
     if target is None:
         return
     window = ctx.window()
-    history = data.samples(ctx.store_path, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
+    history = data.samples(ctx.reads, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
     if history.empty:
         return
     left, middle, right = st.columns(3)
@@ -245,7 +245,7 @@ def _saturation(ctx: PageContext, now_ts: float) -> None:
     # window of 1,000 servers held ~30 MB to be refreshed every interval).
     trend_s = min(ctx.range_s, 3600.0)
     _, history = data.fleet_signals(
-        ctx.store_path, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), scaling.SATURATION_SIGNALS
+        ctx.reads, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), scaling.SATURATION_SIGNALS
     )
     found = scaling.time_to_bind(history, BINDS_AT, now_ts)
     frame = scaling.saturation_frame(found)
