@@ -75,6 +75,7 @@ class Runtime:
     history_note: str = ""  # while synthesised history is being written: how far it got
     # Called once the synthesised history is written: the live SLO ledger rebuilds its sums with it.
     history_written: Callable[[], object] | None = None
+    reads: data.StoreReader = field(init=False)  # what the pages read the history through (set last)
     _stopped: bool = False
 
     def stop(self) -> None:
@@ -250,6 +251,9 @@ def start_runtime(key: str, _config: Config, collect: bool) -> Runtime:
         log.exception("specwatch runtime failed to start")
         runtime.error = f"{type(exc).__name__}: {exc}"
         runtime.note = "collector not running"
+    # The history backend the pages read, chosen once from the config (the simulated fleet's targets too).
+    runtime.reads = data.StoreReader(runtime.config)
+    runtime.stoppers.insert(0, runtime.reads.close)  # stoppers run in reverse: the pages' reads close last
     _stop_at_exit(runtime.stop)
     return runtime
 
@@ -331,8 +335,7 @@ def main(argv: Sequence[str], environ: dict[str, str] | None = None) -> None:
                 icon=":material/error:",
             )
         _collector_problems(runtime)
-    data.serve_history_from(runtime.config)
-    ctx = PageContext(config=runtime.config, range_key=range_key)
+    ctx = PageContext(config=runtime.config, reads=runtime.reads, range_key=range_key)
     start = args.page or PAGES[0].url_path
     pages = [
         st.Page(

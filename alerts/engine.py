@@ -31,14 +31,15 @@ from alerts.rules import Rule
 from alerts.scopes import ScopeCache, scope_members, scope_target
 from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
-from alerts.window import TargetHistory, snapshots_from_frame
+from alerts.window import TargetHistory
 from analysis.slo_budget import slo_scopes
 from collectors.errors import StoreError
+from collectors.history import HistoryStore
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
+from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, snapshots_of
 from collectors.secrets import safe_url
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.store.sqlite_store import HistoryStore
 from config import DeliverySettings
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,10 @@ class AlertEngine:
                     spans.insert(0, (now - lookback_s, now - self.horizon_s, 240))
                 try:
                     for start, end, points in spans:
-                        frame = self._history_store.read_samples(start, end, max_points=points)
-                        for snapshot in snapshots_from_frame(frame):
+                        columns = self._history_store.read_columns(
+                            start, end, SAMPLE_VALUES, points, texts=SAMPLE_TEXTS
+                        )
+                        for snapshot in snapshots_of(columns):
                             self._history(snapshot.target).add(snapshot)
                 except StoreError as exc:
                     # A history that cannot be read (the fleet's Prometheus down at start) must not stop the

@@ -19,17 +19,18 @@ from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.state_store import AlertStateStore
 from alerts.store_recovery import StoreRecovery
 from collectors.errors import StoreError
+from collectors.history import HistoryStore, open_history
 from collectors.model import TargetSnapshot
 from collectors.probes.scheduler import ProbeScheduler, start_probes
-from collectors.prometheus.promql_history import open_history
 from collectors.runner import Collector
 from collectors.secrets import Redactor
 from collectors.slo import build_slos
 from collectors.slo_ledger import SloLedger
+from collectors.source import Source
 from collectors.store.integrity import STORE_CHECK_TIMEOUT_S
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore
-from collectors.store.sqlite_store import HistoryStore, SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config import Config
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,12 @@ class Service:
         )
         salvaged = self.recovery.at_start() if store is None else None
         # source: prometheus keeps samples in Prometheus (no duplicate rows here); events/recipes stay local.
-        self.store: HistoryStore = store if store is not None else open_history(config)
+        # One Prometheus source per process: the history's, handed to the collector.
+        history_source: Source | None = None
+        if store is None:
+            history = open_history(config)
+            store, history_source = history.store, history.source
+        self.store: HistoryStore = store
         path = getattr(self.store, "path", None)
         store_path = path if isinstance(path, str) and path else config.store.path
         self.alert_store = AlertStateStore(store_path)
@@ -113,6 +119,7 @@ class Service:
         self.collector = Collector(
             config,
             self.store,
+            source=history_source,
             clock=clock,
             observers=[self.slo_ledger, self.engine],
             on_corrupt_store=self._store_corrupt,

@@ -32,13 +32,9 @@ from analysis.slo_report import (
     target_deployments,
 )
 from collectors.errors import StoreError
-from collectors.prometheus.promql_history import PrometheusHistory
-from collectors.prometheus.slo_counts import prometheus_slo_counts
+from collectors.history import open_history
 from collectors.slo import Scope, build_slos
-from collectors.slo_ledger import SloCounts
 from collectors.store.probes import ProbeStore
-from collectors.store.slo_counts import SloCountStore
-from collectors.store.sqlite_store import HistoryStore, SqliteStore
 from config import Config, ConfigError, load_config
 
 BURN_RULE = "ErrorBudgetBurn"
@@ -135,17 +131,12 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
         return 1
     now = time.time() if now is None else now
     with ExitStack() as stack:
-        counts: SloCounts
-        history: HistoryStore
-        if config.source == "prometheus":
-            # The counts from the fleet's own series (increase over each window), the attribution from its
-            # history; alert state and probes from the local file where a daemon keeps them.
-            prometheus = stack.enter_context(closing(PrometheusHistory(config)))
-            counts = prometheus_slo_counts(config, prometheus, source)
-            history = prometheus
-        else:
-            counts = stack.enter_context(closing(SloCountStore(path, create=False)))
-            history = stack.enter_context(closing(SqliteStore(path)))
+        # With source: prometheus, the counts come from the fleet's own series (increase over each window)
+        # and the attribution from its history; alert state and probes from the local file where a daemon
+        # keeps them.
+        backend = stack.enter_context(closing(open_history(config)))
+        counts = stack.enter_context(closing(backend.slo_counts(source)))
+        history = backend.store
         alerts = stack.enter_context(closing(AlertStateStore(path))) if local else None
         statuses = slo_statuses(counts, slos, now, history=history)
         severities = firing_severities(alerts)

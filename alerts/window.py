@@ -8,14 +8,11 @@ samples when its recipe changes (what AcceptLengthRegression compares against).
 from __future__ import annotations
 
 import bisect
-import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pandas as pd
-
-from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
+from collectors.model import TargetSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,33 +81,3 @@ class TargetHistory:
         """Snapshots with ts ≥ start_ts, oldest first."""
         index = bisect.bisect_left(self._times, start_ts)
         return [self._snapshots[i] for i in range(index, len(self._snapshots))]
-
-
-def snapshots_from_frame(frame: pd.DataFrame) -> Iterable[TargetSnapshot]:
-    """Turn ``HistoryStore.read_samples`` rows back into snapshots (NaN is unknown, i.e. None)."""
-    if frame.empty:
-        return
-    columns = list(frame.columns)
-    position = {name: columns.index(name) for name in columns}
-    for row in frame.itertuples(index=False, name=None):
-        signals = Signals(
-            **{name: _optional(row[position[name]]) for name in SIGNAL_NAMES if name in position}
-        )
-        recipe = row[position["recipe_id"]] if "recipe_id" in position else None
-        error = row[position["error"]] if "error" in position else None
-        yield TargetSnapshot(
-            target=str(row[position["target"]]),
-            ts=float(row[position["ts"]]),
-            up=bool(row[position["up"]]),
-            error=error if isinstance(error, str) else None,
-            signals=signals,
-            recipe_id=recipe if isinstance(recipe, str) and recipe else None,
-            deployment=str(row[position["deployment"]] or "") if "deployment" in position else "",
-        )
-
-
-def _optional(value: object) -> float | None:
-    if value is None:
-        return None
-    number = float(value)  # type: ignore[arg-type]
-    return None if math.isnan(number) else number

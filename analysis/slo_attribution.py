@@ -10,14 +10,13 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import pandas as pd
-
 from analysis.slo_budget import burn_rate, scope_members
 from analysis.words import tokens
+from collectors.history import HistoryReader
 from collectors.model import loss_shares
+from collectors.sample_columns import means_by_target
 from collectors.slo import EventCounts, Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.store.sqlite_store import HistoryStore
 
 # The attribution compares the last quarter hour with the latest quarter hour before it that did not burn:
 # long enough to average a few decode-log windows and requests, short enough that a burn which began twenty
@@ -66,7 +65,7 @@ def attribute(
     scope: Scope,
     now: float,
     *,
-    history: HistoryStore,
+    history: HistoryReader,
     window_s: float = ATTRIBUTION_WINDOW_S,
     deployments: Mapping[str, str] | None = None,
 ) -> Attribution:
@@ -103,20 +102,12 @@ def attribute(
 
 
 def _means(
-    history: HistoryStore, targets: Sequence[str], start: float, end: float
+    history: HistoryReader, targets: Sequence[str], start: float, end: float
 ) -> dict[str, dict[str, float]]:
     """Per target: the mean of each signal over [start, end] (only the known ones)."""
-    frame = history.read_samples(start, end, targets=list(targets), max_points=120)
-    if frame.empty:
-        return {}
     wanted = ["tpot_s", "step_latency_s", "accept_length", "avg_context_tokens", "ttft_s", "queue_time_s"]
     wanted += ["retractions_per_s"]
-    up = frame[frame["up"].astype(bool)] if "up" in frame else frame
-    grouped = up.groupby("target")[wanted].mean(numeric_only=True)
-    return {
-        str(target): {str(name): float(value) for name, value in row.items() if pd.notna(value)}
-        for target, row in grouped.iterrows()
-    }
+    return means_by_target(history.read_columns(start, end, wanted, 120, list(targets)))
 
 
 def _weighted(

@@ -26,9 +26,9 @@ from analysis.slo_budget import (
     slo_scopes,
     window_counts,
 )
+from collectors.history import HistoryReader
 from collectors.slo import EventCounts, Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.store.sqlite_store import HistoryStore
 
 GOODPUT_WINDOW_S = 300.0
 
@@ -70,7 +70,7 @@ def slo_status(
     scope: Scope,
     now: float,
     *,
-    history: HistoryStore | None = None,
+    history: HistoryReader | None = None,
     deployments: Mapping[str, str] | None = None,
     worst: int = 5,
 ) -> SloStatus:
@@ -97,7 +97,7 @@ def slo_status(
 
 
 def slo_statuses(
-    counts: SloCounts, slos: Sequence[Slo], now: float, *, history: HistoryStore | None = None
+    counts: SloCounts, slos: Sequence[Slo], now: float, *, history: HistoryReader | None = None
 ) -> list[SloStatus]:
     """Every SLO in every scope it has events in (the whole fleet first)."""
     deployments = target_deployments(history) if history is not None else {}
@@ -108,7 +108,7 @@ def slo_statuses(
     ]
 
 
-def target_deployments(history: HistoryStore) -> dict[str, str]:
+def target_deployments(history: HistoryReader) -> dict[str, str]:
     """Each target's deployment as of its latest row."""
     return {s.target: s.deployment for s in history.latest()}
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
+from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, SampleColumns
 from collectors.store.sqlite_store import SqliteStore
 
 INTERVAL_S = 5.0
@@ -85,10 +86,14 @@ def main() -> dict[str, object]:
         store = SqliteStore(Path(tmp) / "day.sqlite")
         fill = _append_rate(store, targets, day_cycles)
         start, end = 1_700_000_000.0, 1_700_000_000.0 + DAY_S
-        downsampled = store.read_samples(start, end, ["k3-000"], max_points=2000)
-        full = store.read_samples(start, end, ["k3-000"], max_points=day_cycles)
-        read_downsampled_s = _best(lambda: store.read_samples(start, end, ["k3-000"], max_points=2000))
-        read_full_s = _best(lambda: store.read_samples(start, end, ["k3-000"], max_points=day_cycles))
+
+        def read(points: int) -> SampleColumns:  # every column, as the Server page reads one target
+            return store.read_columns(start, end, SAMPLE_VALUES, points, ["k3-000"], texts=SAMPLE_TEXTS)
+
+        downsampled = read(2000)
+        full = read(day_cycles)
+        read_downsampled_s = _best(lambda: read(2000))
+        read_full_s = _best(lambda: read(day_cycles))
         raw = sqlite3.connect(Path(tmp) / "day.sqlite")
         read_raw_s = _best(
             lambda: raw.execute(

@@ -24,12 +24,15 @@ import numpy as np
 import requests
 
 from collectors.errors import CollectorError
+from collectors.history import HistoryReader
 from collectors.model import SIGNAL_NAMES, Recipe
 from collectors.prometheus.promql_history import PrometheusHistory
 from collectors.prometheus.promql_source import PrometheusSource
 from collectors.prometheus.recording_rules import render_rules
+from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES
 from collectors.store.sqlite_store import SqliteStore
 from config import Config, Target, parse_config
+from views.fleet_frames import FLEET_SERIES_SIGNALS
 
 FLEET_POINTS = 150  # views.pages.fleet.FLEET_SERIES_POINTS: the Fleet chart's points per target
 SERVER_POINTS = 1500  # views.page_context.MAX_POINTS_PER_SERIES: a Server page's points
@@ -162,22 +165,22 @@ def _best_of(function: Callable[[], Any], rounds: int = 3) -> float:
 
 
 def _pages(
-    store: Any, start: float, end: float, interval_s: float, servers: int
+    store: HistoryReader, start: float, end: float, interval_s: float, servers: int
 ) -> dict[str, Callable[[], Any]]:
     """What the two pages call on a cold cache (views.data), for one server of the fleet."""
     one = [f"k3-{min(7, servers - 1):03d}:30000"]
 
     def fleet() -> None:
-        latest = store.latest(end - 4 * interval_s)
-        frame = store.read_samples(start, end, None, FLEET_POINTS)
+        latest = store.latest_columns(end - 4 * interval_s)
+        series = store.read_columns(start, end, FLEET_SERIES_SIGNALS, FLEET_POINTS)
         assert len(latest) > 0
-        assert len(frame) > 0
+        assert len(series) > 0
 
     def server() -> None:
-        frame = store.read_samples(start, end, one, SERVER_POINTS)
+        history = store.read_columns(start, end, SAMPLE_VALUES, SERVER_POINTS, one, texts=SAMPLE_TEXTS)
         store.read_events(start, end, one)
         store.recipes()
-        assert len(frame) > 0
+        assert len(history) > 0
 
     return {"fleet_page": fleet, "server_page": server}
 

@@ -19,10 +19,10 @@ from types import FrameType
 
 from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
+from collectors.history import open_history
 from collectors.model import TargetSnapshot
 from collectors.probe_cli import probe
 from collectors.probes.scheduler import start_probes
-from collectors.prometheus.promql_history import open_history
 from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
 from config import Config, ConfigError, load_config
@@ -103,13 +103,13 @@ def run(config: Config, args: argparse.Namespace) -> int:
             "this config only has a sim: section; the headless collector does not start the simulator"
         )
     try:
-        store = open_history(config)  # source: prometheus keeps its history in Prometheus
+        history = open_history(config)  # source: prometheus keeps its history in Prometheus
     except CollectorError as exc:
         where = "store.path: " if isinstance(exc, StoreError) else ""
         print(f"specwatch: {where}{exc}", file=sys.stderr)
         return 2
     try:
-        collector = Collector(config, store)
+        collector = Collector(config, history.store, source=history.source)
         try:
             if args.cycles:
                 code = _run_cycles(collector, config, args.cycles, args.json)
@@ -125,7 +125,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
             code = code or 1
         return code
     finally:
-        store.close()
+        history.close()
 
 
 COMMANDS: dict[str, Command] = {

@@ -15,9 +15,9 @@ import threading
 from types import FrameType
 
 from collectors.errors import CollectorError
+from collectors.history import open_history
 from collectors.probe_result import ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
-from collectors.prometheus.promql_history import open_history
 from collectors.runner import Collector
 from collectors.store.probes import ProbeStore
 from config import Config
@@ -55,7 +55,7 @@ def probe(config: Config, args: argparse.Namespace) -> int:
     except CollectorError as exc:
         print(f"specwatch: store.path: {exc}", file=sys.stderr)
         return 2
-    collector = Collector(config, history)
+    collector = Collector(config, history.store, source=history.source)
     scheduler = ProbeScheduler(config, collector, store)
     try:
         collector.run_cycle()  # recipes and running / queued counts for the back-off

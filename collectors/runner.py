@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from collectors.errors import StoreError
+from collectors.history import HistoryStore
 from collectors.model import CollectorHealth, Event, Recipe, SourceHealth, TargetHealth, TargetSnapshot
 from collectors.source import Source, make_source
 from collectors.store.integrity import is_corruption
-from collectors.store.sqlite_store import HistoryStore
 from collectors.store.watch import StoreFileWatch
 from collectors.targets_file import TargetsFileLoad
 from config import Config, ConfigError, Target, check_no_clash, load_targets_file
@@ -63,7 +63,12 @@ def _racy(signature: tuple[int, int, int, int] | None) -> bool:
 
 
 class Collector:
-    """Scrapes the fleet every ``scrape.interval_s``, keeps history, and tells observers about each cycle."""
+    """Scrapes the fleet every ``scrape.interval_s``, keeps history, and tells observers about each cycle.
+
+    ``source``: where snapshots come from, handed in by whoever made it (and closes it): the history's own
+    Prometheus source (``open_history``), so a process builds one; None: the source ``config`` names, made
+    here and closed with the collector.
+    """
 
     def __init__(
         self,
@@ -99,15 +104,9 @@ class Collector:
         self._inline_targets = tuple(t for t in config.targets if t.name not in file_names)
         self._targets: tuple[Target, ...] = self._inline_targets + file_targets
 
-        self._own_source = True
-        if source is None and config.source == "prometheus":
-            from collectors.prometheus.promql_history import PrometheusHistory
-
-            if isinstance(store, PrometheusHistory):
-                # One Prometheus source per process: the history store's (it closes it).
-                source = store.source
-                source.update_targets(self._targets)
-                self._own_source = False
+        self._own_source = source is None
+        if source is not None:
+            source.update_targets(self._targets)  # the targets_file's too
         self._source = source if source is not None else make_source(config, self._targets, clock=clock)
 
         # Per-target bookkeeping (touched only under the cycle lock; readers get replaced copies).

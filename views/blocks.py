@@ -60,9 +60,9 @@ def analysis_history(ctx: PageContext) -> tuple[TimeWindow, pd.DataFrame]:
     ``analysis_points`` per server. One read (same points) and one cache entry serve all three pages; the
     frame is shared, never modify it."""
     now_ts = ctx.now()
-    servers = len(data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s))
+    servers = len(data.newest_snapshots(ctx.reads, now_ts, ctx.range_s, ctx.interval_s))
     return data.fleet_signals(
-        ctx.store_path,
+        ctx.reads,
         now_ts,
         ctx.range_s,
         ctx.interval_s,
@@ -75,7 +75,7 @@ def analysis_history(ctx: PageContext) -> tuple[TimeWindow, pd.DataFrame]:
 
 def explain_no_samples(ctx: PageContext, what: str) -> None:
     """The right empty state: empty store vs nothing in the selected range."""
-    if data.sample_count(ctx.store_path, data.tick(ctx.now(), 30.0)) == 0:
+    if data.sample_count(ctx.reads, data.tick(ctx.now(), 30.0)) == 0:
         st.info(empty_store_message(ctx), icon=":material/inbox:")
     else:
         st.info(
@@ -134,10 +134,8 @@ def load_fleet_table(
     """The Fleet table as of now (shared with the Capacity and Server pages) and the alert board it was joined
     with; ``only``: just that server's row (the Server page: one row, not 1,000 built every interval)."""
     window = ctx.window()
-    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
-    board = data.alert_board(
-        ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
-    )
+    latest = data.newest_snapshots(ctx.reads, now_ts, ctx.range_s, ctx.interval_s)
+    board = data.alert_board(ctx.reads, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts)
     configured = {t.name: t.deployment for t in ctx.config.targets}
     if only is not None:
         latest = latest[latest["target"] == only]

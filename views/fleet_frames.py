@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from collectors.store.columns import SampleColumns, runs, target_codes
+from collectors.sample_columns import SampleColumns, runs
 
 STATUS_UP = "up"
 STATUS_DOWN = "down"
@@ -232,9 +232,10 @@ FLEET_SERIES_SIGNALS: tuple[str, ...] = ("output_tok_s", "accept_length", "step_
 
 
 def fleet_series_of(samples: SampleColumns, start_ts: float, bucket_s: float) -> pd.DataFrame:
-    """``fleet_series`` of samples read as columns (``SqliteStore.read_columns`` of FLEET_SERIES_SIGNALS): the
-    same numbers, in numpy. Rows come sorted by target then time, so a target's rows in one bucket are a
-    contiguous run (one ``reduceat``); only the medians across targets go through pandas."""
+    """``fleet_series`` of samples read as columns (``HistoryReader.read_columns`` of
+    FLEET_SERIES_SIGNALS): the same numbers, in numpy. Rows come sorted by target then time, so a target's
+    rows in one bucket are a contiguous run (one ``reduceat``); only the medians across targets go through
+    pandas."""
     columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
     if len(samples) == 0:
         return pd.DataFrame(columns=columns)
@@ -281,27 +282,3 @@ def fleet_series_of(samples: SampleColumns, start_ts: float, bucket_s: float) ->
         }
     )
     return series[columns]
-
-
-def columns_of_frame(frame: pd.DataFrame, signals: Sequence[str]) -> SampleColumns:
-    """A sample frame (``read_samples``: sorted by target, then time) as columns of ``signals``."""
-    target = frame["target"].to_numpy(dtype=object)
-    return SampleColumns(
-        target,
-        target_codes(target),
-        frame["ts"].to_numpy(dtype=np.float64),
-        frame["up"].to_numpy(dtype=np.float64),
-        np.ones(len(frame), np.float64),
-        {name: frame[name].to_numpy(dtype=np.float64) for name in signals},
-    )
-
-
-def frame_of_columns(columns: SampleColumns) -> pd.DataFrame:
-    """Column reads as the sample frame ``read_samples`` gives, restricted to what was read: ts, target, up
-    (bool), recipe_id (when read) and the signals, in the same order and with the same values."""
-    frame = pd.DataFrame({"ts": columns.ts, "target": columns.target, "up": columns.up.astype(bool)})
-    if columns.recipe_id is not None:
-        frame["recipe_id"] = columns.recipe_id
-    for name, values in columns.values.items():
-        frame[name] = values
-    return frame

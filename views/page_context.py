@@ -10,10 +10,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from config.settings import Config
+
+if TYPE_CHECKING:
+    from views.data import StoreReader
 
 # The picker's choices: key (also the ?range= query value) → (label, seconds).
 TIME_RANGES: dict[str, tuple[str, float]] = {
@@ -46,9 +50,11 @@ class TimeWindow:
 
 @dataclass(frozen=True, slots=True)
 class PageContext:
-    """Everything a page needs, built once per script run by app.py. Pages never talk to servers."""
+    """Everything a page needs, built once per script run by app.py. Pages never talk to servers: they read
+    through ``reads``, the history backend app.py opened for ``config`` (``views.data``)."""
 
     config: Config
+    reads: StoreReader
     range_key: str = DEFAULT_RANGE
     clock: Callable[[], float] = field(default=time.time, compare=False)
 

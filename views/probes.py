@@ -24,19 +24,20 @@ MEASURED_BY_PROBES = (
 
 
 # -- reads ---------------------------------------------------------------------------------------------------
-@st.cache_data(ttl=120, max_entries=16, show_spinner=False)  # window-keyed: few (views/data.py)
-def probe_rows(path: str, start_ts: float, end_ts: float) -> pd.DataFrame:
+# window-keyed: few (views/data.py)
+@st.cache_data(ttl=120, max_entries=16, show_spinner=False, hash_funcs=data.BY_READER)
+def probe_rows(reads: data.StoreReader, start_ts: float, end_ts: float) -> pd.DataFrame:
     """Every probe (and skipped probe) stored in [start_ts, end_ts]."""
-    store = ProbeStore(path, create=False)
+    store = ProbeStore(reads.path, create=False)
     try:
-        return data.reader(path).call(lambda _history: store.read(start_ts, end_ts))
+        return reads.call(lambda _history: store.read(start_ts, end_ts))
     finally:
         store.close()
 
 
 def window_rows(ctx: PageContext) -> pd.DataFrame:
     window = ctx.window(200)
-    return probe_rows(ctx.store_path, window.start_ts, window.end_ts)
+    return probe_rows(ctx.reads, window.start_ts, window.end_ts)
 
 
 # -- frames --------------------------------------------------------------------------------------------------

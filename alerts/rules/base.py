@@ -18,10 +18,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 from alerts.model import SEVERITIES, Condition, Evaluation
 from alerts.promql import Exported, PromQL
 from alerts.window import TargetHistory
+from collectors.history import HistoryReader
 from collectors.model import Recipe, SourceHealth, TargetSnapshot
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.store.sqlite_store import HistoryStore
 from config import ConfigError
 
 
@@ -218,7 +218,7 @@ class Rule(ABC, Generic[SettingsT]):
         scope: Scope,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
     ) -> Sequence[Evaluation]:
         """Verdicts about one SLO in one scope (rules with ``watches_slos``); [] for per-target rules."""
         return []

@@ -20,12 +20,12 @@ from alerts.rules.base import Rule, RuleSettings, setting
 from alerts.window import TargetHistory
 from analysis.slo_attribution import Attribution, attribute
 from analysis.slo_budget import BurnCheck, budget_remaining, burn_checks
+from collectors.history import HistoryReader
 from collectors.model import Recipe
 from collectors.prometheus import slo_rules
 from collectors.prometheus.slo_rules import window_name
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
-from collectors.store.sqlite_store import HistoryStore
 
 SEVERITY_KEYS = ("page", "ticket")
 ATTRIBUTION_EVERY_S = 60.0  # the attribution reads history: at most once a minute per burning instance
@@ -83,7 +83,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         scope: Scope,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
     ) -> Sequence[Evaluation]:
         """One verdict per severity with conditions: BREACH while one holds, HOLD above the recovery
         fraction, CLEAR when none does (or below the traffic floor), NO_DATA without events."""
@@ -109,7 +109,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         budget_left: float | None,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
     ) -> Evaluation:
         first = checks[0].window
         labels = to_pairs(
@@ -138,7 +138,7 @@ class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
         key: str,
         counts: SloCounts,
         now: float,
-        history: HistoryStore | None,
+        history: HistoryReader | None,
         *,
         fresh: bool,
     ) -> Attribution | None:

@@ -1,5 +1,6 @@
-"""History read from Prometheus: a ``HistoryStore`` whose samples, latest snapshots and up/down/restart
-events come from PromQL range and instant queries, so range views read the fleet's Prometheus.
+"""History read from Prometheus: the history contract (``collectors/history.py``) whose samples, latest
+snapshots and up/down/restart events come from PromQL range and instant queries, so range views read the
+fleet's Prometheus.
 
 What Prometheus cannot hold (alert transitions, config events, recipe flags) stays in the small SQLite file at
 ``store.path``; its samples table stays empty in this mode.
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import pandas as pd
+import numpy.typing as npt
 
 from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
@@ -24,8 +25,18 @@ from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.prometheus.naming import TargetKey, by_instance, instance_of_name, target_names
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.recipe_labels import recipe_from_labels
+from collectors.sample_columns import (
+    SAMPLE_VALUES,
+    FloatArray,
+    SampleColumns,
+    check_columns,
+    columns_of_snapshots,
+    empty_columns,
+    objects,
+    target_codes,
+)
 from collectors.signals import BY_NAME, Expr, Inverse, Product, Ref
-from collectors.store.sqlite_store import HistoryStore, SqliteStore
+from collectors.store.sqlite_store import SqliteStore
 from config.settings import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where a PrometheusHistory is built
@@ -35,17 +46,7 @@ if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-COLUMNS: tuple[str, ...] = (
-    "ts",
-    "target",
-    "up",
-    "error",
-    "recipe_id",
-    "deployment",
-    "scrape_duration_s",
-    *SIGNAL_NAMES,
-)
-_NUMERIC = ("up", "scrape_duration_s", *SIGNAL_NAMES)  # the float grid, in this order
+_NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
 
@@ -54,20 +55,15 @@ class PrometheusHistoryError(StoreError, QueryError):
     """History could not be read from Prometheus (a StoreError to the views, a QueryError by cause)."""
 
 
-def open_history(config: Config) -> HistoryStore:
-    """The history store ``config.source`` implies: Prometheus for ``prometheus``, else the SQLite file."""
-    if config.source == "prometheus":
-        return PrometheusHistory(config)
-    return SqliteStore(config.store.path)
-
-
 def _regex_escape(text: str) -> str:
     # PromQL regexes are RE2 in double-quoted strings: escape regex metacharacters, then the string quotes.
     return re.escape(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 class PrometheusHistory:
-    """``HistoryStore`` backed by Prometheus for samples, and a small SQLite file for what it cannot hold."""
+    """``HistoryStore`` backed by Prometheus for samples, and a small SQLite file for what it cannot hold.
+    ``source``: the Prometheus source it reads through (closed with it); a collector over this history is
+    handed the same one (``open_history``)."""
 
     def __init__(
         self,
@@ -80,8 +76,7 @@ class PrometheusHistory:
     ) -> None:
         self.config = config
         if source is None:
-            # Here, not at the top: a viewer of a SQLite store imports this module too (open_history), and
-            # the source's client brings requests/urllib3 with it. Only a PrometheusHistory needs it.
+            # Here, not at the top: the source's client brings requests/urllib3 with it.
             from collectors.prometheus.promql_source import PrometheusSource
 
             source = PrometheusSource(config)
@@ -114,12 +109,6 @@ class PrometheusHistory:
         """Prometheus keeps its own retention; only old events and recipes of the SQLite side go."""
         del raw_older_than_ts, minute_older_than_ts  # no samples here
         return self._meta.prune(older_than_ts)
-
-    @property
-    def source(self) -> PrometheusSource:
-        """The Prometheus source this history reads through; a collector over this store reuses it, so a
-        process builds one source (one client, one recipe book) whatever reads Prometheus."""
-        return self._source
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -155,28 +144,45 @@ class PrometheusHistory:
             self._check_reachable()
         return [s for s in snapshots if since_ts is None or s.ts >= since_ts]
 
+    def latest_columns(self, since_ts: float | None = None) -> SampleColumns:
+        """``latest`` as columns (an unknown target's ``up`` is NaN)."""
+        return columns_of_snapshots(self.latest(since_ts))
+
     def count_samples(self) -> int:
         """Targets with data in Prometheus now (0 means nothing to show yet)."""
         return len(
             self._guard(lambda: self._source.client.query(self._source.queries.present(), at=self._clock()))
         )
 
-    def read_samples(
-        self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, max_points: int = 2000
-    ) -> pd.DataFrame:
-        """Samples in [start_ts, end_ts] on a regular grid of at most ``max_points`` per target.
-
-        Columns as ``SqliteStore.read_samples``. When the grid is coarser than the scrape interval each point
-        is the step's average (``avg_over_time``, rates over the step), like the SQLite store's bucket means.
+    def read_columns(
+        self,
+        start_ts: float,
+        end_ts: float,
+        values: Sequence[str],
+        max_points: int = 2000,
+        targets: Sequence[str] | None = None,
+        *,
+        texts: Sequence[str] = (),
+        live: bool = False,
+    ) -> SampleColumns:
+        """Samples in [start_ts, end_ts] on a regular grid of at most ``max_points`` per target, with the
+        ``values`` and ``texts`` asked for (as ``SqliteStore.read_columns``). When the grid is coarser than
+        the scrape interval each point is the step's average (``avg_over_time``, rates over the step), like
+        the SQLite store's bucket means. ``live`` changes nothing yet: every read is its own range queries.
         """
+        check_columns(values, texts)
+        del live
         if targets is not None and not targets:
-            return _empty_frame()
+            return empty_columns(values, texts)
         step_s, queries = self._grid(start_ts, end_ts, max_points, targets)
-        exprs = {name: expr for name, expr in queries.signals().items()}
+        exprs = dict(queries.signals())
         exprs.update(up=queries.up(), scrape_duration_s=queries.scrape_duration_s())
         exprs["__labels"] = queries.labelled()
         answers = self._range_all(exprs, start_ts, end_ts, step_s)
-        return self._frame(answers, targets)
+        return self._columns(answers, targets, values, texts)
+
+    def drop_caches(self) -> None:
+        """Nothing is kept between reads (each is its own range queries)."""
 
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
@@ -249,6 +255,8 @@ class PrometheusHistory:
     def _range_all(
         self, exprs: dict[str, str], start_ts: float, end_ts: float, step_s: float
     ) -> dict[str, list[RangeSeries]]:
+        """Every range query of a read, sent concurrently: the one way history reads reach Prometheus (the
+        place for aligned steps and results shared between reads)."""
         client = self._source.client
         said: list[str] = []  # list.append is atomic: the pool's threads share it
         futures = {
@@ -270,11 +278,17 @@ class PrometheusHistory:
         names = target_names(keys, by_instance(self.config.targets))
         return lambda series: names[TargetKey.of(series.labels)]
 
-    def _frame(self, answers: dict[str, list[RangeSeries]], targets: Sequence[str] | None) -> pd.DataFrame:
+    def _columns(
+        self,
+        answers: dict[str, list[RangeSeries]],
+        targets: Sequence[str] | None,
+        values: Sequence[str],
+        texts: Sequence[str],
+    ) -> SampleColumns:
         names = self._names_of(answers)
         all_ts = [s.timestamps for series in answers.values() for s in series]
         if not any(len(a) for a in all_ts):
-            return _empty_frame()
+            return empty_columns(values, texts)
         grid = np.unique(np.concatenate(all_ts))
         blocks: dict[str, np.ndarray] = {}
         recipe_ids: dict[str, list[str | None]] = {}
@@ -300,46 +314,67 @@ class PrometheusHistory:
                     block = blocks[name] = np.full((len(grid), len(_NUMERIC)), np.nan)
                 block[index, _NUMERIC.index(column)] = series.values
         wanted = set(targets) if targets is not None else None
-        frames = []
+        target: list[str] = []
+        stamps: list[FloatArray] = []
+        rows: list[np.ndarray] = []
+        recipe_of: list[str | None] = []
+        deployment_of: list[str] = []
         for name in sorted(blocks):
             if wanted is not None and name not in wanted:
                 continue
             block = blocks[name]
             has_data = ~np.all(np.isnan(block), axis=1)
-            frame = pd.DataFrame(block[has_data], columns=list(_NUMERIC))
-            frame.insert(0, "ts", grid[has_data])
-            frame.insert(1, "target", name)
+            count = int(has_data.sum())
+            target += [name] * count
+            stamps.append(grid[has_data])
+            rows.append(block[has_data])
             # /server_info's recipe (as the source prefers it) when it was read; else the labels' per row,
             # which follow recipe changes over time.
             from_info = self._source.server_info_recipe(name)
             if from_info is not None:
-                frame["recipe_id"] = from_info.recipe_id
+                recipe_of += [from_info.recipe_id] * count
                 spec_known[from_info.recipe_id] = True
                 self._label_recipes.setdefault(from_info.recipe_id, from_info)
             else:
                 ids = recipe_ids.get(name, [None] * len(grid))
-                frame["recipe_id"] = [ids[i] for i in np.flatnonzero(has_data).tolist()]
-            frame["deployment"] = self._deployment(name, deployments.get(name, ""))
-            frames.append(frame)
-        if not frames:
-            return _empty_frame()
-        result = pd.concat(frames, ignore_index=True)
+                recipe_of += [ids[i] for i in np.flatnonzero(has_data).tolist()]
+            deployment_of += [self._deployment(name, deployments.get(name, ""))] * count
+        if not target:
+            return empty_columns(values, texts)
+        numeric = np.concatenate(rows)
+        found = {name: numeric[:, i].copy() for i, name in enumerate(_NUMERIC)}
+        signals = numeric[:, 2:]
         # No `up` series (selector without target labels): a row with signals means Prometheus scraped it.
-        up = result["up"].fillna(result[list(SIGNAL_NAMES)].notna().any(axis=1).astype("float64")) >= 1
+        up_or_nan = found.pop("up")
+        scraped = (~np.all(np.isnan(signals), axis=1)).astype(np.float64)
+        up = np.where(np.isnan(up_or_nan), scraped, up_or_nan) >= 1
         # A step Prometheus could not scrape has no signals, as a down snapshot (VictoriaMetrics would
         # otherwise repeat the last values: it writes no staleness markers for failed scrapes).
-        result.loc[~up, list(SIGNAL_NAMES)] = np.nan
+        for name in SIGNAL_NAMES:
+            found[name][~up] = np.nan
         # Plain decoding (a recipe that says so): one token per request per step, as the live snapshots.
         recipes = {**self._label_recipes, **self._source.recipes}
-        plain_ids = [
+        plain_ids = {
             recipe_id
             for recipe_id, known in spec_known.items()
             if known and recipe_id in recipes and spec_enabled(recipes[recipe_id]) is False
-        ]
-        _plain_decoding(result, result["recipe_id"].isin(plain_ids) & up)
-        result["up"] = up
-        result["error"] = [None if is_up else _DOWN_ERROR for is_up in up]
-        return result[list(COLUMNS)]
+        }
+        _plain_decoding(found, np.array([r in plain_ids for r in recipe_of], dtype=bool) & up)
+        names_column = objects(target)
+        text_of = {
+            "error": objects([None if is_up else _DOWN_ERROR for is_up in up.tolist()]),
+            "recipe_id": objects(recipe_of),
+            "deployment": objects(deployment_of),
+        }
+        return SampleColumns(
+            names_column,
+            target_codes(names_column),
+            np.concatenate(stamps),
+            up.astype(np.float64),
+            np.ones(len(target), np.float64),
+            {name: found[name] for name in values},
+            {name: text_of[name] for name in texts},
+        )
 
     def _deployment(self, name: str, label: str) -> str:
         for target in self.config.targets:
@@ -348,38 +383,30 @@ class PrometheusHistory:
         return label
 
 
-def _plain_decoding(frame: pd.DataFrame, rows: pd.Series) -> None:
+def _plain_decoding(values: dict[str, FloatArray], rows: npt.NDArray[np.bool_]) -> None:
     """The catalogue's plain-decoding rules (as ``derive.apply_plain_decoding``) on ``rows``, by column."""
     if not rows.any():
         return
     for name in EVALUATION_ORDER:
         rule = BY_NAME[name].plain
         if rule == "one":
-            frame.loc[rows, name] = 1.0
+            values[name][rows] = 1.0
         elif rule == "unknown":
-            frame.loc[rows, name] = np.nan
+            values[name][rows] = np.nan
         elif rule == "recomputed":
             expr = BY_NAME[name].expr
             assert expr is not None
-            frame.loc[rows, name] = _column(expr, frame.loc[rows])
+            values[name][rows] = _column(expr, values, rows)
 
 
-def _column(expr: Expr, rows: pd.DataFrame) -> pd.Series:
+def _column(expr: Expr, values: dict[str, FloatArray], rows: npt.NDArray[np.bool_]) -> FloatArray:
     """A derived signal recomputed from the other signals' columns (the nodes plain rules recompute with)."""
     if isinstance(expr, Ref):
-        return rows[expr.signal].astype("float64")
+        return values[expr.signal][rows]
     if isinstance(expr, Product):
-        return _column(expr.left, rows) * _column(expr.right, rows)
+        return _column(expr.left, values, rows) * _column(expr.right, values, rows)
     if isinstance(expr, Inverse):
-        value = _column(expr.value, rows)
-        return (1.0 / value).where(value > 0)
+        value = _column(expr.value, values, rows)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(value > 0, 1.0 / value, np.nan)
     raise ValueError(f"a plain-decoding rule cannot recompute {type(expr).__name__} from columns")
-
-
-def _empty_frame() -> pd.DataFrame:
-    frame = pd.DataFrame({name: pd.Series(dtype="float64") for name in COLUMNS})
-    frame["target"] = frame["target"].astype("object")
-    frame["up"] = frame["up"].astype(bool)
-    for name in ("error", "recipe_id", "deployment"):
-        frame[name] = frame[name].astype("object")
-    return frame

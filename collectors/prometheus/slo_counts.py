@@ -24,7 +24,7 @@ from config import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): a viewer of a SQLite store never loads it
     from collectors.prometheus.client import PromClient
-    from collectors.prometheus.promql_history import PrometheusHistory
+    from collectors.prometheus.promql_source import PrometheusSource
 
 MINUTE_S = 60.0
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
@@ -49,6 +49,9 @@ class PrometheusSloCounts:
         self._names = names
         self._clock = clock
         self._cache: dict[tuple[str, float, float], dict[str, EventCounts]] = {}
+
+    def close(self) -> None:
+        """Nothing to close: the client is the Prometheus source's, closed with it."""
 
     def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
         """Every scope's events over ``window_s`` ending at ``at`` (two queries per kind of scope)."""
@@ -158,10 +161,10 @@ class PrometheusSloCounts:
 
 
 def prometheus_slo_counts(
-    config: Config, history: PrometheusHistory, source: str = "config"
+    config: Config, prometheus: PrometheusSource, source: str = "config"
 ) -> PrometheusSloCounts:
-    """The SLO counts of ``config``'s SLOs from the Prometheus its history reads, targets named as the
-    Prometheus source names them (a configured target's name where its URL is the instance)."""
+    """The SLO counts of ``config``'s SLOs from the Prometheus ``prometheus`` reads, targets named as that
+    source names them (a configured target's name where its URL is the instance)."""
     configured = by_instance(config.targets)
 
     def name_of(key: TargetKey) -> str:
@@ -170,7 +173,7 @@ def prometheus_slo_counts(
 
     return PrometheusSloCounts(
         build_slos(config, source),
-        history.source.client,
+        prometheus.client,
         signal_queries(config, source=source),
         names=name_of,
     )

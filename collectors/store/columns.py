@@ -1,9 +1,9 @@
-"""Fleet-wide reads as numpy columns: only the signals a page draws, never a DataFrame of every row.
+"""The store's reads as numpy columns (``SampleColumns``): only the columns a page draws, never every row
+of 26 columns.
 
-A 1,000-server Fleet chart needs ts, target, up and two or three signals of ~100 k rows. Through
-``read_samples`` those came as 26-column tuples turned into a DataFrame (~1 s at 24 h); here they come as a
-handful of columns straight into arrays, with the same means, the same pixel regrouping and the same order
-(target, then time), so whatever is computed from them equals what the full read gave.
+A 1,000-server Fleet chart needs ts, target, up and two or three signals of ~100 k rows. Read as 26-column
+tuples turned into a DataFrame those cost ~1 s at 24 h; here they come as a handful of columns straight into
+arrays, with the same means, the same pixel regrouping and the same order (target, then time) as a full read.
 
 Three things make it cheap:
 
@@ -24,62 +24,28 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
-from collectors.model import SIGNAL_NAMES
+from collectors.sample_columns import (
+    SAMPLE_TEXTS,
+    SAMPLE_VALUES,
+    FloatArray,
+    IntArray,
+    ObjectArray,
+    SampleColumns,
+    check_columns,
+    empty_columns,
+    objects,
+    regroup,
+    runs,
+    take,
+    target_codes,
+)
 from collectors.store.tiers import Tier
-
-FloatArray = npt.NDArray[np.float64]
-ObjectArray = npt.NDArray[np.object_]
-IntArray = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True, slots=True)
-class SampleColumns:
-    """Samples of many targets as columns, sorted by target then time (as ``read_samples`` orders rows).
-
-    ``code`` numbers the targets in name order (rows of one target are one run of equal codes: integer
-    comparisons find the runs, not string ones). ``up`` is 1.0 / 0.0 (a regrouped bucket is up only if all its
-    rows were); ``weight`` is how many scrapes a row stands for; ``values`` holds the requested signals (NaN =
-    unknown); ``recipe_id``, when asked for, each row's recipe (None = unknown; a regrouped bucket keeps its
-    newest row's, as ``read_samples`` does).
-    """
-
-    target: ObjectArray
-    code: IntArray
-    ts: FloatArray
-    up: FloatArray
-    weight: FloatArray
-    values: dict[str, FloatArray]
-    recipe_id: ObjectArray | None = None
-
-    def __len__(self) -> int:
-        return len(self.ts)
-
-
-def empty_columns(signals: Sequence[str], *, recipes: bool = False) -> SampleColumns:
-    nothing = np.empty(0, np.float64)
-    return SampleColumns(
-        np.empty(0, object),
-        np.empty(0, np.int64),
-        nothing,
-        nothing,
-        nothing,
-        {n: nothing for n in signals},
-        np.empty(0, object) if recipes else None,
-    )
-
-
-def check_signals(signals: Sequence[str]) -> None:
-    """Only catalogue signals are ever spliced into SQL."""
-    unknown = [name for name in signals if name not in SIGNAL_NAMES]
-    if unknown:
-        raise ValueError(f"not a stored signal: {', '.join(unknown)}")
 
 
 def _distinct_targets_cte(table: str) -> str:
@@ -96,10 +62,10 @@ def _names_cte(names: Sequence[str]) -> str:
     return f"WITH names(name) AS (VALUES {', '.join('(?)' for _ in names)}) "
 
 
-def _tier_select(tier: Tier, signals: Sequence[str], *, recipes: bool) -> str:
-    means = "".join(f", t.{name}_sum / NULLIF(t.{name}_n, 0)" for name in signals)
-    recipe = ", t.recipe_id" if recipes else ""
-    return f"SELECT t.target{recipe}, t.ts_sum / t.n, t.up_n = t.n, t.n{means} FROM "
+def _tier_select(tier: Tier, values: Sequence[str], texts: Sequence[str]) -> str:
+    means = "".join(f", t.{name}_sum / NULLIF(t.{name}_n, 0)" for name in values)
+    text = "".join(f", t.{name}" for name in texts)
+    return f"SELECT t.target{text}, t.ts_sum / t.n, t.up_n = t.n, t.n{means} FROM "
 
 
 def read_tier(
@@ -107,20 +73,19 @@ def read_tier(
     tier: Tier,
     start_ts: float,
     end_ts: float,
-    signals: Sequence[str],
+    values: Sequence[str],
     targets: Sequence[str],
-    *,
-    recipes: bool = False,
+    texts: Sequence[str] = (),
 ) -> SampleColumns:
-    """Bucket means of ``signals`` from one tier, of ``targets``, in [start_ts, end_ts] (and each bucket's
-    recipe if ``recipes``). Every target: ``read_fleet``."""
-    check_signals(signals)
+    """Bucket means of ``values`` from one tier, of ``targets``, in [start_ts, end_ts] (and each bucket's
+    newest ``texts``). Every target: ``read_fleet``."""
+    check_columns(values, texts)
     sql = (
-        f"{_tier_select(tier, signals, recipes=recipes)}{tier.table} AS t "
+        f"{_tier_select(tier, values, texts)}{tier.table} AS t "
         f"WHERE t.target IN ({', '.join('?' for _ in targets)}) "
         "AND t.bucket_ts >= ? AND t.bucket_ts <= ? ORDER BY t.target, t.bucket_ts"
     )
-    return _tier_columns(connection.execute(sql, [*targets, start_ts, end_ts]), signals, recipes=recipes)
+    return _tier_columns(connection.execute(sql, [*targets, start_ts, end_ts]), values, texts)
 
 
 def _read_tier_batch(
@@ -128,32 +93,31 @@ def _read_tier_batch(
     tier: Tier,
     start_ts: float,
     end_ts: float,
-    signals: Sequence[str],
+    values: Sequence[str],
     names: Sequence[str],
-    *,
-    recipes: bool = False,
+    texts: Sequence[str],
 ) -> SampleColumns:
     """``names`` (sorted) read one primary-key range each (``target = ? AND bucket_ts BETWEEN``, forced by
     the CROSS JOIN): contiguous pages, not the ``bucket_ts`` index's random lookups."""
     sql = (
-        f"{_names_cte(names)}{_tier_select(tier, signals, recipes=recipes)}names "
+        f"{_names_cte(names)}{_tier_select(tier, values, texts)}names "
         f"CROSS JOIN {tier.table} AS t ON t.target = names.name AND t.bucket_ts >= ? AND t.bucket_ts <= ?"
     )
-    return _tier_columns(connection.execute(sql, [*names, start_ts, end_ts]), signals, recipes=recipes)
+    return _tier_columns(connection.execute(sql, [*names, start_ts, end_ts]), values, texts)
 
 
-def _tier_columns(cursor: sqlite3.Cursor, signals: Sequence[str], *, recipes: bool) -> SampleColumns:
-    target, texts, numeric = _fetch(cursor, 3 + len(signals), 1 if recipes else 0)
+def _tier_columns(cursor: sqlite3.Cursor, values: Sequence[str], texts: Sequence[str]) -> SampleColumns:
+    target, text, numeric = _fetch(cursor, 3 + len(values), len(texts))
     if len(target) == 0:
-        return empty_columns(signals, recipes=recipes)
+        return empty_columns(values, texts)
     columns = SampleColumns(
         target,
         target_codes(target),
         numeric[0],
         numeric[1],
         numeric[2],
-        {name: numeric[3 + i] for i, name in enumerate(signals)},
-        texts[0] if recipes else None,
+        {name: numeric[3 + i] for i, name in enumerate(values)},
+        dict(zip(texts, text, strict=True)),
     )
     # The key yields target, then bucket order; a planner that chose otherwise costs a sort, not a bug.
     if not _is_sorted(columns.code, columns.ts):
@@ -192,13 +156,7 @@ def _fetch(
     for index in range(numeric_columns):
         numbers.append(np.concatenate(parts[index]) if parts[index] else np.empty(0, np.float64))
         parts[index] = []  # this column's chunks go before the next column is joined
-    return np.array(targets, dtype=object), [_objects(text) for text in texts], numbers
-
-
-def _objects(values: list[str | None]) -> ObjectArray:
-    found = np.empty(len(values), dtype=object)
-    found[:] = values
-    return found
+    return np.array(targets, dtype=object), [objects(text) for text in texts], numbers
 
 
 def _is_sorted(code: IntArray, ts: FloatArray, rowid: IntArray | None = None) -> bool:
@@ -214,101 +172,35 @@ def _is_sorted(code: IntArray, ts: FloatArray, rowid: IntArray | None = None) ->
     return bool(ok.all())
 
 
-def target_codes(target: ObjectArray) -> IntArray:
-    """Integer codes ordered as the names are (hashing, then sorting only the distinct names: fast)."""
-    codes, names = pd.factorize(target)
-    rank = np.empty(len(names), np.int64)
-    rank[np.argsort(np.asarray(names, dtype=object), kind="stable")] = np.arange(len(names))
-    return rank[codes]
-
-
-def take(columns: SampleColumns, index: npt.NDArray[np.intp] | npt.NDArray[np.bool_]) -> SampleColumns:
-    return SampleColumns(
-        columns.target[index],
-        columns.code[index],
-        columns.ts[index],
-        columns.up[index],
-        columns.weight[index],
-        {name: values[index] for name, values in columns.values.items()},
-        None if columns.recipe_id is None else columns.recipe_id[index],
-    )
-
-
-def runs(code: IntArray, bucket: npt.NDArray[np.float64] | IntArray | None = None) -> npt.NDArray[np.intp]:
-    """Where each run of one target (and one bucket) starts, in rows sorted by target then time."""
-    if len(code) == 0:
-        return np.empty(0, np.intp)
-    change = code[1:] != code[:-1]
-    if bucket is not None:
-        change |= bucket[1:] != bucket[:-1]
-    return np.flatnonzero(np.r_[True, change])
-
-
-def regroup(columns: SampleColumns, start_ts: float, bucket_s: float) -> SampleColumns:
-    """Each target's rows merged into ``bucket_s`` buckets from ``start_ts``: what ``reads._regroup`` does
-    to a frame (means weighted by scrapes, unknowns skipped, up only if every row was)."""
-    if len(columns) == 0:
-        return columns
-    starts = runs(columns.code, np.floor((columns.ts - start_ts) / bucket_s))
-    ends = np.r_[starts[1:], len(columns)] - 1
-    weight = columns.weight
-    total = np.add.reduceat(weight, starts)
-    values: dict[str, FloatArray] = {}
-    for name, column in columns.values.items():
-        known = ~np.isnan(column)
-        sums = np.add.reduceat(np.where(known, column, 0.0) * weight, starts)
-        counts = np.add.reduceat(known * weight, starts)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            values[name] = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
-    return SampleColumns(
-        columns.target[starts],
-        columns.code[starts],
-        np.add.reduceat(columns.ts * weight, starts) / total,
-        np.minimum.reduceat(columns.up, starts),
-        total,
-        values,
-        None if columns.recipe_id is None else columns.recipe_id[ends],  # the bucket's newest, as reads.py
-    )
-
-
-def most_rows_per_target(columns: SampleColumns) -> int:
-    if len(columns) == 0:
-        return 0
-    return int(np.diff(np.r_[runs(columns.code), len(columns)]).max())
-
-
 def read_raw(
     connection: sqlite3.Connection,
     start_ts: float,
     end_ts: float,
-    signals: Sequence[str],
+    values: Sequence[str],
     targets: Sequence[str],
-    *,
-    recipes: bool = False,
+    texts: Sequence[str] = (),
 ) -> SampleColumns:
-    """Raw rows of ``signals`` of ``targets`` in [start_ts, end_ts], with their recipe if ``recipes``. Every
-    target: ``read_fleet`` (or a ``RawTail``)."""
-    check_signals(signals)
+    """Raw rows of ``values`` (and ``texts``) of ``targets`` in [start_ts, end_ts]. Every target:
+    ``read_fleet`` (or a ``RawTail``)."""
+    check_columns(values, texts)
     where = f"ts >= ? AND ts <= ? AND target IN ({', '.join('?' for _ in targets)})"
-    cursor = connection.execute(
-        f"{_raw_select(signals, recipes=recipes)} WHERE {where}", [start_ts, end_ts, *targets]
-    )
-    return _raw_columns(cursor, signals, recipes=recipes)[0]
+    cursor = connection.execute(f"{_raw_select(values, texts)} WHERE {where}", [start_ts, end_ts, *targets])
+    return _raw_columns(cursor, values, texts)[0]
 
 
-def _raw_select(signals: Sequence[str], *, recipes: bool = False) -> str:
-    recipe = ", recipe_id" if recipes else ""
-    return f"SELECT target{recipe}, ts, up, rowid{''.join(', ' + name for name in signals)} FROM samples"
+def _raw_select(values: Sequence[str], texts: Sequence[str]) -> str:
+    text = "".join(f", {name}" for name in texts)
+    return f"SELECT target{text}, ts, up, rowid{''.join(', ' + name for name in values)} FROM samples"
 
 
 def _raw_columns(
-    cursor: sqlite3.Cursor, signals: Sequence[str], *, recipes: bool = False
+    cursor: sqlite3.Cursor, values: Sequence[str], texts: Sequence[str]
 ) -> tuple[SampleColumns, IntArray]:
-    """Rows (target, [recipe_id,] ts, up, rowid, *signals) as columns ordered by target, time, rowid (the
-    order of the (target, ts) index a full read walks), and their rowids."""
-    target, texts, numbers = _fetch(cursor, 3 + len(signals), 1 if recipes else 0)
+    """Rows (target, *texts, ts, up, rowid, *values) as columns ordered by target, time, rowid (the order
+    of the (target, ts) index a full read walks), and their rowids."""
+    target, text, numbers = _fetch(cursor, 3 + len(values), len(texts))
     if len(target) == 0:
-        return empty_columns(signals, recipes=recipes), np.empty(0, np.int64)
+        return empty_columns(values, texts), np.empty(0, np.int64)
     rowid = numbers[2].astype(np.int64)  # exact: rowids stay far below 2**53
     code = target_codes(target)
     order = np.lexsort((rowid, numbers[0], code))
@@ -320,10 +212,34 @@ def _raw_columns(
         numbers[0],
         numbers[1],
         np.ones(len(target), np.float64),
-        {name: numbers[3 + i] for i, name in enumerate(signals)},
-        texts[0][order] if recipes else None,
+        {name: numbers[3 + i] for i, name in enumerate(values)},
+        {name: column[order] for name, column in zip(texts, text, strict=True)},
     )
     return columns, rowid[order]
+
+
+def read_latest(connection: sqlite3.Connection, since_ts: float | None) -> SampleColumns:
+    """Each target's last-written row (``latest_samples``, seen at or after ``since_ts`` if given), every
+    sample column, one row per target in name order."""
+    values, texts = SAMPLE_VALUES, SAMPLE_TEXTS
+    where, params = ("WHERE ts >= ?", (since_ts,)) if since_ts is not None else ("", ())
+    cursor = connection.execute(
+        f"SELECT target, {', '.join(texts)}, ts, up, {', '.join(values)} FROM latest_samples {where} "
+        "ORDER BY target",
+        params,
+    )
+    target, text, numbers = _fetch(cursor, 2 + len(values), len(texts))
+    if len(target) == 0:
+        return empty_columns(values, texts)
+    return SampleColumns(
+        target,
+        target_codes(target),
+        numbers[0],
+        numbers[1],
+        np.ones(len(target), np.float64),
+        {name: numbers[2 + i] for i, name in enumerate(values)},
+        dict(zip(texts, text, strict=True)),
+    )
 
 
 # How many targets' rows a fleet-wide read holds at a time. Why: regrouping only after every row was read
@@ -348,39 +264,33 @@ def read_fleet(
     tier: Tier | None,
     start_ts: float,
     end_ts: float,
-    signals: Sequence[str],
+    values: Sequence[str],
     max_points: int,
-    *,
-    recipes: bool = False,
+    texts: Sequence[str] = (),
 ) -> SampleColumns:
-    """Every target's rows of ``signals`` in [start_ts, end_ts] from ``tier`` (None: raw rows), regrouped
-    into ``max_points`` buckets per target if any target has more rows than that: what reading every target
-    at once then ``regroup`` gives, to the bit, holding only ``BATCH_TARGETS`` targets' rows at a time (tier:
-    batches of targets; raw: slices of the range, see ``BATCH_TARGETS``). One read transaction: one snapshot
-    for every batch."""
-    check_signals(signals)
+    """Every target's rows of ``values`` (and ``texts``) in [start_ts, end_ts] from ``tier`` (None: raw
+    rows), regrouped into ``max_points`` buckets per target if any target has more rows than that: what
+    reading every target at once then ``regroup`` gives, to the bit, holding only ``BATCH_TARGETS`` targets'
+    rows at a time (tier: batches of targets; raw: slices of the range, see ``BATCH_TARGETS``). One read
+    transaction: one snapshot for every batch."""
+    check_columns(values, texts)
     bucket_s = max((end_ts - start_ts) / max(max_points, 1), 1e-9)
     began = not connection.in_transaction
     if began:
         connection.execute("BEGIN")
     try:
         if tier is None:
-            parts = _Parts(signals, start_ts, bucket_s, max_points, recipes=recipes)
-            slices = _raw_slices(connection, start_ts, end_ts, signals, bucket_s, max_points, recipes=recipes)
-            for rows in slices:
+            parts = _Parts(values, texts, start_ts, bucket_s, max_points)
+            for rows in _raw_slices(connection, start_ts, end_ts, values, texts, bucket_s, max_points):
                 parts.add(rows)
         else:
             names = list_targets(connection, tier.table)
             # A target has a row per bucket at most (regrouping only merges them): the result fits this.
             buckets = int(max(end_ts - start_ts, 0.0) // tier.seconds) + 1
-            parts = _Parts(
-                signals, start_ts, bucket_s, max_points, recipes=recipes, rows=len(names) * buckets
-            )
+            parts = _Parts(values, texts, start_ts, bucket_s, max_points, rows=len(names) * buckets)
             for first in range(0, len(names), BATCH_TARGETS):
                 batch = names[first : first + BATCH_TARGETS]
-                parts.add(
-                    _read_tier_batch(connection, tier, start_ts, end_ts, signals, batch, recipes=recipes)
-                )
+                parts.add(_read_tier_batch(connection, tier, start_ts, end_ts, values, batch, texts))
     finally:
         if began and connection.in_transaction:
             connection.execute("ROLLBACK")  # only read: nothing to keep
@@ -403,23 +313,23 @@ class _Parts:
 
     def __init__(
         self,
-        signals: Sequence[str],
+        values: Sequence[str],
+        texts: Sequence[str],
         start_ts: float,
         bucket_s: float,
         max_points: int,
         *,
-        recipes: bool,
         rows: int | None = None,
     ) -> None:
-        self.signals, self.recipes = tuple(signals), recipes
+        self.values, self.texts = tuple(values), tuple(texts)
         self.start_ts, self.bucket_s, self.max_points = start_ts, bucket_s, max_points
-        self.parts: list[SampleColumns] = []  # pieces (no ``rows``), or the names and recipes of the pieces
+        self.parts: list[SampleColumns] = []  # pieces (no ``rows``), or the names and texts of the pieces
         self.regrouping = False
         self._rows: dict[str, int] = {}  # each target's rows so far (until regrouping)
-        self._into: list[FloatArray] | None = None  # ts, up, weight, *signals of the written rows
+        self._into: list[FloatArray] | None = None  # ts, up, weight, *values of the written rows
         self._written = 0
         if rows is not None:
-            self._into = [np.empty(rows, np.float64) for _ in range(3 + len(signals))]
+            self._into = [np.empty(rows, np.float64) for _ in range(3 + len(values))]
 
     def add(self, rows: SampleColumns) -> None:
         if len(rows) == 0:
@@ -443,11 +353,11 @@ class _Parts:
         start, end = self._written, self._written + len(rows)
         if end > len(self._into[0]):  # not expected (a row per bucket): room, at the cost of a copy
             self._into = [np.concatenate([column, np.empty(end, np.float64)]) for column in self._into]
-        values = (rows.ts, rows.up, rows.weight, *(rows.values[name] for name in self.signals))
+        values = (rows.ts, rows.up, rows.weight, *(rows.values[name] for name in self.values))
         for column, written in zip(self._into, values, strict=True):
             column[start:end] = written
         self._written = end
-        nothing = np.empty(0)  # only the names and recipes stay in the pieces
+        nothing = np.empty(0)  # only the names and texts stay in the pieces
         self.parts.append(
             replace(rows, code=np.empty(0, np.int64), ts=nothing, up=nothing, weight=nothing, values={})
         )
@@ -455,9 +365,8 @@ class _Parts:
     def _held(self) -> SampleColumns:
         """Everything kept so far as one set of rows (views of the written columns, or pieces joined)."""
         if self._into is None:
-            return _concat(self.parts, self.signals, recipes=self.recipes)
+            return _concat(self.parts, self.values, self.texts)
         target = np.concatenate([part.target for part in self.parts])
-        recipe = [part.recipe_id for part in self.parts if part.recipe_id is not None]
         written = [column[: self._written] for column in self._into]
         return SampleColumns(
             target,
@@ -465,13 +374,13 @@ class _Parts:
             written[0],
             written[1],
             written[2],
-            dict(zip(self.signals, written[3:], strict=True)),
-            np.concatenate(recipe) if self.recipes else None,
+            dict(zip(self.values, written[3:], strict=True)),
+            {name: np.concatenate([part.texts[name] for part in self.parts]) for name in self.texts},
         )
 
     def result(self) -> SampleColumns:
         if not self.parts:
-            return empty_columns(self.signals, recipes=self.recipes)
+            return empty_columns(self.values, self.texts)
         return self._held()
 
 
@@ -485,11 +394,10 @@ def _raw_slices(
     connection: sqlite3.Connection,
     start_ts: float,
     end_ts: float,
-    signals: Sequence[str],
+    values: Sequence[str],
+    texts: Sequence[str],
     bucket_s: float,
     max_points: int,
-    *,
-    recipes: bool,
 ) -> Iterator[SampleColumns]:
     """Raw rows of [start_ts, end_ts] a slice of the range at a time, each in (target, ts, rowid) order and
     holding whole buckets: a slice is a range of bucket numbers ``(ts - start_ts) / bucket_s``, computed in
@@ -497,7 +405,7 @@ def _raw_slices(
     over a ts range a little wider for the ``samples_ts`` index to walk."""
     slices = max(1, -(-len(list_targets(connection, "samples")) // BATCH_TARGETS))
     buckets = max_points + 1  # numbers 0 .. max_points (a row at end_ts); the first and last slices are open
-    select = _raw_select(signals, recipes=recipes)
+    select = _raw_select(values, texts)
     bucket = "(ts - ?) / ?"
     for index in range(slices):
         low, high = index * buckets // slices, (index + 1) * buckets // slices
@@ -513,23 +421,23 @@ def _raw_slices(
             params[1] = min(end_ts, start_ts + high * bucket_s + _SLICE_MARGIN_S)
             params += [start_ts, bucket_s, float(high)]
         cursor = connection.execute(f"{select} WHERE {' AND '.join(where)}", params)
-        yield _raw_columns(cursor, signals, recipes=recipes)[0]
+        yield _raw_columns(cursor, values, texts)[0]
 
 
-def _concat(parts: list[SampleColumns], signals: Sequence[str], *, recipes: bool = False) -> SampleColumns:
+def _concat(parts: list[SampleColumns], values: Sequence[str], texts: Sequence[str]) -> SampleColumns:
     """``parts`` (each in (target, time) order, later parts later in time for a target they share) as one
     set of rows in (target, time) order, with codes across them. ``parts`` is emptied and each column's
     pieces go as soon as it is joined: the peak is the result plus a column or two, not the result twice."""
     if not parts:
-        return empty_columns(signals, recipes=recipes)
+        return empty_columns(values, texts)
     pieces = {
         "ts": [p.ts for p in parts],
         "up": [p.up for p in parts],
         "weight": [p.weight for p in parts],
-        **{f"value {name}": [p.values[name] for p in parts] for name in signals},
+        **{f"value {name}": [p.values[name] for p in parts] for name in values},
     }
+    text_pieces = {name: [p.texts[name] for p in parts] for name in texts}
     target = np.concatenate([p.target for p in parts])
-    recipe = [p.recipe_id for p in parts if p.recipe_id is not None]
     parts.clear()
     code = target_codes(target)
     order = None if len(code) < 2 or bool((np.diff(code) >= 0).all()) else np.argsort(code, kind="stable")
@@ -547,8 +455,8 @@ def _concat(parts: list[SampleColumns], signals: Sequence[str], *, recipes: bool
         join(pieces["ts"]),
         join(pieces["up"]),
         join(pieces["weight"]),
-        {name: join(pieces[f"value {name}"]) for name in signals},
-        join(recipe) if recipes else None,
+        {name: join(pieces[f"value {name}"]) for name in values},
+        {name: join(text_pieces[name]) for name in texts},
     )
 
 
@@ -564,10 +472,9 @@ class RawTail:
     changed (file replaced, VACUUM renumbered rows) reloads the window in full.
     """
 
-    def __init__(self, signals: Sequence[str], *, recipes: bool = False) -> None:
-        check_signals(signals)
-        self.signals = tuple(signals)
-        self.recipes = recipes  # hold each row's recipe_id too
+    def __init__(self, values: Sequence[str], texts: Sequence[str] = ()) -> None:
+        check_columns(values, texts)
+        self.values, self.texts = tuple(values), tuple(texts)
         self._lock = threading.Lock()
         self._held: SampleColumns | None = None
         self._rowid = np.empty(0, np.int64)
@@ -605,22 +512,20 @@ class RawTail:
         ).fetchone()
         # Everything from the window's start on (rows stamped after its end too: the next window wants them),
         # up to that row (``+rowid``: a filter, not a rowid range scan of the whole table).
-        query = f"{_raw_select(self.signals, recipes=self.recipes)} WHERE ts >= ?"
+        query = f"{_raw_select(self.values, self.texts)} WHERE ts >= ?"
         params: tuple[float, ...] = (start_ts,)
         if newest is not None:
             query, params = f"{query} AND +rowid <= ?", (start_ts, int(newest[0]))
         self.full_reads += 1
-        self._held, self._rowid = _raw_columns(
-            connection.execute(query, params), self.signals, recipes=self.recipes
-        )
+        self._held, self._rowid = _raw_columns(connection.execute(query, params), self.values, self.texts)
         self._start_ts = start_ts
         self._last = None if newest is None else (int(newest[0]), float(newest[1]), str(newest[2]))
 
     def _top_up(self, connection: sqlite3.Connection, start_ts: float) -> None:
         newest = -1 if self._last is None else self._last[0]
-        select = _raw_select(self.signals, recipes=self.recipes)
+        select = _raw_select(self.values, self.texts)
         new, new_rowid = _raw_columns(
-            connection.execute(f"{select} WHERE rowid > ?", (newest,)), self.signals, recipes=self.recipes
+            connection.execute(f"{select} WHERE rowid > ?", (newest,)), self.values, self.texts
         )
         self.tail_rows += len(new)
         held, rowid = self._held, self._rowid
@@ -664,9 +569,7 @@ def _merge(
         np.concatenate([held.up, new.up]),
         np.concatenate([held.weight, new.weight]),
         {name: np.concatenate([values, new.values[name]]) for name, values in held.values.items()},
-        None
-        if held.recipe_id is None or new.recipe_id is None
-        else np.concatenate([held.recipe_id, new.recipe_id]),
+        {name: np.concatenate([texts, new.texts[name]]) for name, texts in held.texts.items()},
     )
     both = np.concatenate([rowid, new_rowid])
     order = np.argsort(merged.code, kind="stable")

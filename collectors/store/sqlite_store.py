@@ -1,4 +1,4 @@
-"""History storage: a small interface and its embedded SQLite (WAL) implementation.
+"""Embedded history in SQLite (WAL): one implementation of the history contract (``collectors/history.py``).
 
 Raw rows are one per target per cycle (wide: one column per signal), kept for hours. Rollup tiers (1 min,
 15 min, 1 h: count, mean, min, max, last per signal; ``tiers.py``) are written beside them as samples arrive
@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
-
-import pandas as pd
 
 from collectors.errors import StoreError
-from collectors.model import SIGNAL_NAMES, Event, Recipe, Signals, TargetSnapshot
-from collectors.store.columns import (
-    RawTail,
+from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
+from collectors.sample_columns import (
+    SAMPLE_COLUMNS,
     SampleColumns,
+    check_columns,
+    empty_columns,
     most_rows_per_target,
-    read_fleet,
-    read_raw,
-    read_tier,
     regroup,
+    snapshots_of,
 )
+from collectors.store.columns import RawTail, read_fleet, read_latest, read_raw, read_tier
 from collectors.store.connections import ThreadConnections
 from collectors.store.migrate import backfill
-from collectors.store.reads import SAMPLE_COLUMNS as _SAMPLE_COLUMNS
-from collectors.store.reads import frame_of, raw_sql, tier_sql
 from collectors.store.tiers import (
     MINUTE_TIER,
     TIERS,
@@ -68,42 +65,17 @@ CREATE INDEX IF NOT EXISTS latest_samples_ts ON latest_samples (ts);
 """
 
 INSERT_RAW = (
-    f"INSERT INTO samples ({', '.join(_SAMPLE_COLUMNS)}) VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)})"
+    f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' for _ in SAMPLE_COLUMNS)})"
 )
 # Each target's last-written row (upserts run in write order, so the last one written wins).
 UPSERT_LATEST = (
-    f"INSERT INTO latest_samples ({', '.join(_SAMPLE_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)}) ON CONFLICT (target) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _SAMPLE_COLUMNS if c != "target")
+    f"INSERT INTO latest_samples ({', '.join(SAMPLE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in SAMPLE_COLUMNS)}) ON CONFLICT (target) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in SAMPLE_COLUMNS if c != "target")
 )
 # History written beside a live collector (the demo's past): a row replaces a target's latest only if newer.
 UPSERT_LATEST_IF_NEWER = UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts"
 _UPSERTS = {tier.table: upsert_sql(tier) for tier in TIERS}
-
-
-class HistoryStore(Protocol):
-    """What the collector writes and the views and alerts read. Another backend implements the same."""
-
-    def append(self, snapshots: Sequence[TargetSnapshot]) -> None: ...
-    def add_events(self, events: Sequence[Event]) -> None: ...
-    def put_recipe(self, recipe: Recipe, ts: float) -> None: ...
-    def recipes(self) -> dict[str, Recipe]: ...
-    def latest(self, since_ts: float | None = None) -> list[TargetSnapshot]: ...
-    def read_samples(
-        self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, max_points: int = 2000
-    ) -> pd.DataFrame: ...
-    def read_events(
-        self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
-    ) -> list[Event]: ...
-    def prune(
-        self,
-        older_than_ts: float,
-        *,
-        raw_older_than_ts: float | None = None,
-        minute_older_than_ts: float | None = None,
-    ) -> int: ...
-    def count_samples(self) -> int: ...
-    def close(self) -> None: ...
 
 
 def _placeholders(values: Sequence[object]) -> str:
@@ -111,7 +83,7 @@ def _placeholders(values: Sequence[object]) -> str:
 
 
 def sample_row(s: TargetSnapshot) -> tuple[object, ...]:
-    """One snapshot as a row of ``samples`` / ``latest_samples`` (``reads.SAMPLE_COLUMNS`` order)."""
+    """One snapshot as a row of ``samples`` / ``latest_samples`` (``SAMPLE_COLUMNS`` order)."""
     return (
         s.ts,
         s.target,
@@ -134,6 +106,9 @@ class SqliteStore:
         self.path = str(path)
         self._connections = ThreadConnections(self.path, busy_timeout_s=busy_timeout_s, what="history store")
         self._migrate()
+        # Raw windows of fleet-wide ``live`` reads, kept between calls (one per set of columns read).
+        self._tails: dict[tuple[tuple[str, ...], tuple[str, ...]], RawTail] = {}
+        self._tails_lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
         return self._connections.get()
@@ -157,7 +132,7 @@ class SqliteStore:
                         if statement.strip():
                             connection.execute(statement)
                     if found is not None:  # an older store: fill the new tables from its raw rows
-                        backfill(connection, _SAMPLE_COLUMNS, self._write_rollups)
+                        backfill(connection, SAMPLE_COLUMNS, self._write_rollups)
                     connection.execute(
                         "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                         (str(SCHEMA_VERSION),),
@@ -274,89 +249,78 @@ class SqliteStore:
         return result
 
     def latest(self, since_ts: float | None = None) -> list[TargetSnapshot]:
-        """The newest snapshot of each target (seen after ``since_ts``, if given), ordered by target.
+        """The newest snapshot of each target (seen after ``since_ts``, if given), ordered by target."""
+        return snapshots_of(self.latest_columns(since_ts))
+
+    def latest_columns(self, since_ts: float | None = None) -> SampleColumns:
+        """``latest`` as columns (every sample column), without building snapshots: the dashboard turns
+        1,000 of them into one frame every interval.
 
         Newest means last written, not largest ``ts``: after the wall clock steps back, rows stamped in the
         "future" must not hide what was scraped since (``latest_samples`` keeps the last row written).
         """
-        where = "WHERE ts >= ?" if since_ts is not None else ""
-        params: tuple[object, ...] = (since_ts,) if since_ts is not None else ()
-        rows = self._query(
-            f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM latest_samples {where} ORDER BY target", params
-        )
-        return [_snapshot_from_row(row) for row in rows]
-
-    def latest_rows(self, since_ts: float | None = None) -> list[tuple[object, ...]]:
-        """``latest`` as plain rows (SAMPLE_COLUMNS order, NULL as None), without building snapshots: the
-        dashboard turns 1,000 of them into one frame every interval."""
-        where = "WHERE ts >= ?" if since_ts is not None else ""
-        params: tuple[object, ...] = (since_ts,) if since_ts is not None else ()
-        return self._query(
-            f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM latest_samples {where} ORDER BY target", params
-        )
-
-    def read_samples(
-        self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, max_points: int = 2000
-    ) -> pd.DataFrame:
-        """Samples in [start_ts, end_ts], at most ``max_points`` per target: raw rows, or means per bucket
-        from the coarsest rollup tier that still gives at least half of ``max_points`` (``pick_tier``).
-
-        Columns: ts (unix s), target, up, error, recipe_id, deployment, scrape_duration_s, then SIGNAL_NAMES.
-        """
-        if targets is not None and not targets:
-            return _empty_frame()
-        tier = pick_tier(end_ts - start_ts, max_points, self._oldest(), start_ts)
-        column = "ts" if tier is None else "bucket_ts"
-        where = [f"{column} >= ?", f"{column} <= ?"]
-        params: list[object] = [start_ts, end_ts]
-        if targets is not None:
-            where.append(f"target IN ({_placeholders(targets)})")
-            params.extend(targets)
-        clause = " AND ".join(where)
-        sql = raw_sql(clause) if tier is None else tier_sql(tier, clause)
-        rows = self._query(sql, params)
-        if not rows:
-            return _empty_frame()
-        return frame_of(rows, start_ts, max((end_ts - start_ts) / max(max_points, 1), 1e-9), max_points)
+        try:
+            return read_latest(self._connect(), since_ts)
+        except sqlite3.Error as exc:
+            raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
 
     def read_columns(
         self,
         start_ts: float,
         end_ts: float,
-        signals: Sequence[str],
+        values: Sequence[str],
         max_points: int = 2000,
         targets: Sequence[str] | None = None,
-        tail: RawTail | None = None,
         *,
-        recipes: bool = False,
+        texts: Sequence[str] = (),
+        live: bool = False,
     ) -> SampleColumns:
-        """What ``read_samples`` reads, as numpy columns of only ``signals`` (``columns.py``): the same tier,
-        means, regrouping and order. ``tail`` (its signals = ``signals``) keeps a fleet-wide raw window in
-        memory between calls and reads only the rows written since; ``recipes`` adds each row's recipe_id
-        (the tail's ``recipes`` must match). Other fleet-wide reads go a batch of targets (raw rows: a slice
-        of the range) at a time, each regrouped before the next is read (``read_fleet``): the same result
-        to the bit, without holding every row of the range at once."""
+        """Samples in [start_ts, end_ts] of ``values`` and ``texts`` (``columns.py``), at most ``max_points``
+        per target: raw rows, or means per bucket from the coarsest rollup tier that still gives at least half
+        of ``max_points`` (``pick_tier``), regrouped into ``max_points`` buckets beyond that.
+
+        ``live``: the caller reads this fleet-wide window again as it slides (the Fleet chart, every
+        interval), so its raw rows are kept in memory between calls and only rows written since are read
+        (``RawTail``). Other fleet-wide reads go a batch of targets (raw rows: a slice of the range) at a
+        time, each regrouped before the next is read (``read_fleet``): the same result to the bit, without
+        holding every row of the range at once."""
+        check_columns(values, texts)
+        if targets is not None and not targets:
+            return empty_columns(values, texts)
         try:
             connection = self._connect()
             tier = pick_tier(end_ts - start_ts, max_points, self._oldest(), start_ts)
             if targets is not None:
                 if tier is not None:
-                    found = read_tier(connection, tier, start_ts, end_ts, signals, targets, recipes=recipes)
+                    found = read_tier(connection, tier, start_ts, end_ts, values, targets, texts)
                 else:
-                    found = read_raw(connection, start_ts, end_ts, signals, targets, recipes=recipes)
-            elif (
-                tier is None
-                and tail is not None
-                and (tuple(signals), recipes) == (tail.signals, tail.recipes)
-            ):
-                found = tail.read(connection, start_ts, end_ts)  # holds its window: regrouped after, below
+                    found = read_raw(connection, start_ts, end_ts, values, targets, texts)
+            elif tier is None and live:
+                found = self._tail(values, texts).read(connection, start_ts, end_ts)  # regrouped below
             else:  # every target, a batch at a time, each regrouped as it comes (``read_fleet``)
-                return read_fleet(connection, tier, start_ts, end_ts, signals, max_points, recipes=recipes)
+                return read_fleet(connection, tier, start_ts, end_ts, values, max_points, texts)
         except sqlite3.Error as exc:
             raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
         if most_rows_per_target(found) > max_points:
             found = regroup(found, start_ts, max((end_ts - start_ts) / max(max_points, 1), 1e-9))
         return found
+
+    def _tail(self, values: Sequence[str], texts: Sequence[str]) -> RawTail:
+        with self._tails_lock:
+            key = (tuple(values), tuple(texts))
+            found = self._tails.get(key)
+            if found is None:
+                found = self._tails[key] = RawTail(values, texts)
+            return found
+
+    def live_window(self, values: Sequence[str], texts: Sequence[str] = ()) -> RawTail:
+        """The raw window kept for ``live`` reads of these columns (its counters say how it was read)."""
+        return self._tail(values, texts)
+
+    def drop_caches(self) -> None:
+        """Forget the raw windows kept for ``live`` reads: the next one reads its window in full."""
+        with self._tails_lock:
+            self._tails.clear()
 
     def _oldest(self) -> dict[float, float | None]:
         """The oldest timestamp of the raw rows (key 0) and of each tier: MIN over an index, a few pages."""
@@ -393,28 +357,3 @@ class SqliteStore:
 
     def close(self) -> None:
         self._connections.close_all()
-
-
-def _empty_frame() -> pd.DataFrame:
-    frame = pd.DataFrame({name: pd.Series(dtype="float64") for name in _SAMPLE_COLUMNS})
-    frame["target"] = frame["target"].astype("object")
-    return frame
-
-
-def _optional_float(value: object) -> float | None:
-    return None if value is None else float(str(value))
-
-
-def _snapshot_from_row(row: Sequence[object]) -> TargetSnapshot:
-    values = dict(zip(_SAMPLE_COLUMNS, row, strict=True))
-    signals = Signals(**{name: _optional_float(values[name]) for name in SIGNAL_NAMES})
-    return TargetSnapshot(
-        target=str(values["target"]),
-        ts=float(str(values["ts"])),
-        up=bool(values["up"]),
-        error=None if values["error"] is None else str(values["error"]),
-        signals=signals,
-        recipe_id=None if values["recipe_id"] is None else str(values["recipe_id"]),
-        deployment=str(values["deployment"] or ""),
-        scrape_duration_s=_optional_float(values["scrape_duration_s"]),
-    )

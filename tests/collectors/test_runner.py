@@ -19,6 +19,7 @@ from collectors.store.sqlite_store import SqliteStore
 from config import Config, Target, load_config, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load
 from tests.collectors.servers import FakeSGLang, LoopbackServer, Route, refused_url, reply, silent_listener
+from tests.history_frames import read_frame
 
 Start = Callable[..., FakeSGLang]
 
@@ -95,7 +96,7 @@ def test_a_cycle_derives_signals_and_keeps_history(sglang: Start, store: SqliteS
         assert health["dead-0"].last_success_ts is None
         assert health["east-0"].staleness_s == 0.0
 
-    history = store.read_samples(clock.now - 60, clock.now + 1)
+    history = read_frame(store, clock.now - 60, clock.now + 1)
     assert len(history) == 6
     assert history[history.target == "east-0"].tpot_s.dropna().tolist() == pytest.approx([0.1])
     assert store.recipes() == {recipe.recipe_id: recipe}
@@ -242,7 +243,7 @@ def test_rows_kept_in_memory_are_bounded(sglang: Start, store: SqliteStore, tmp_
         assert (health.pending_rows, health.dropped_rows) == (2, 3)
         blocker.execute("ROLLBACK")
         blocker.close()
-    samples = store.read_samples(0, clock.now + 1)
+    samples = read_frame(store, 0, clock.now + 1)
     assert samples.ts.tolist() == [clock.now - 5, clock.now]  # the newest rows survive
 
 
@@ -268,6 +269,8 @@ class FlakySource:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.targets: list[str] = []
+        self.closed = False
 
     def collect(self, now: float) -> list[TargetSnapshot]:
         self.calls += 1
@@ -285,10 +288,10 @@ class FlakySource:
         return SourceHealth("direct")
 
     def update_targets(self, targets: Sequence[Target]) -> None:
-        pass
+        self.targets = [t.name for t in targets]
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 def test_run_forever_survives_a_failing_cycle_and_stops_on_request(store: SqliteStore) -> None:
@@ -314,6 +317,22 @@ def _write_targets(path: Path, targets: list[tuple[str, str]]) -> None:
     before = path.stat().st_mtime_ns if path.exists() else 0
     path.write_text("".join(f"- {{name: {name}, url: '{url}'}}\n" for name, url in targets))
     os.utime(path, ns=(before + 10**9, before + 10**9))  # a visible change even on coarse-mtime filesystems
+
+
+def test_a_handed_in_source_is_told_every_target_and_left_open(store: SqliteStore, tmp_path: Path) -> None:
+    """The history's own Prometheus source, handed to the collector (``open_history``): it learns the
+    targets_file's targets too, and stays open for the history's reads after the collector stops."""
+    _write_targets(tmp_path / "listed.yaml", [("listed", "http://127.0.0.1:9")])
+    config_file = tmp_path / "fleet.yaml"
+    config_file.write_text(
+        "scrape: {interval_s: 5, timeout_s: 1}\ntargets_file: listed.yaml\nexporter: {listen: null}\n"
+        "targets: [{name: inline, url: 'http://127.0.0.1:9'}]\n"
+    )
+    source = FlakySource()
+    with Collector(load_config(config_file), store, source=source) as collector:
+        collector.run_cycle()
+    assert source.targets == ["inline", "listed"]
+    assert not source.closed  # its maker's to close
 
 
 def test_the_targets_file_is_reread_when_it_changes(
@@ -355,4 +374,4 @@ def test_retention_prunes_old_history(sglang: Start, store: SqliteStore) -> None
     later = Clock(old.now + 2 * 3600)
     with Collector(config, store, clock=later) as collector:
         collector.run_cycle()
-    assert store.read_samples(0, later.now + 1).ts.tolist() == [later.now]
+    assert read_frame(store, 0, later.now + 1).ts.tolist() == [later.now]

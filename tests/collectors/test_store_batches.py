@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from collectors.model import Signals, TargetSnapshot
+from collectors.sample_columns import SAMPLE_TEXTS, SampleColumns
 from collectors.store import columns as store_columns
-from collectors.store.columns import SampleColumns
 from collectors.store.sqlite_store import SqliteStore
+from tests.history_frames import oracle_frame
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 SIGNALS = ("accept_length", "running", "output_tok_s", "ttft_s")
@@ -48,11 +49,11 @@ def _fill(store: SqliteStore, cycles: int) -> None:
 
 
 def _read(
-    store: SqliteStore, batch: int, start: float, end: float, points: int, recipes: bool
+    store: SqliteStore, batch: int, start: float, end: float, points: int, texts: bool
 ) -> SampleColumns:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store_columns, "BATCH_TARGETS", batch)
-        return store.read_columns(start, end, SIGNALS, points, recipes=recipes)
+        return store.read_columns(start, end, SIGNALS, points, texts=SAMPLE_TEXTS if texts else ())
 
 
 def _identical(got: SampleColumns, expected: SampleColumns) -> None:
@@ -62,16 +63,16 @@ def _identical(got: SampleColumns, expected: SampleColumns) -> None:
     assert got.values.keys() == expected.values.keys()
     for name, values in expected.values.items():
         assert got.values[name].tobytes() == values.tobytes(), name  # to the bit, NaN where NaN
-    if expected.recipe_id is None:
-        assert got.recipe_id is None
-    else:
-        assert got.recipe_id is not None
-        assert list(got.recipe_id) == list(expected.recipe_id)
+    assert got.texts.keys() == expected.texts.keys()
+    for name, texts in expected.texts.items():
+        assert list(got.texts[name]) == list(texts), name
 
 
-def _as_read_samples(store: SqliteStore, got: SampleColumns, start: float, end: float, points: int) -> None:
-    frame = pd.DataFrame({"target": got.target, "ts": got.ts, "up": got.up.astype(bool), **got.values})
-    full = store.read_samples(start, end, None, points)[["target", "ts", "up", *SIGNALS]]
+def _as_frame_read(store: SqliteStore, got: SampleColumns, start: float, end: float, points: int) -> None:
+    frame = pd.DataFrame(
+        {"target": got.target, "ts": got.ts, "up": got.up.astype(bool), **got.texts, **got.values}
+    )
+    full = oracle_frame(store, start, end, None, points)[["target", "ts", "up", *got.texts, *SIGNALS]]
     pd.testing.assert_frame_equal(frame, full.reset_index(drop=True), check_exact=True)
     names = sorted(set(full["target"]))
     assert list(got.code) == [names.index(t) for t in full["target"]]
@@ -95,7 +96,7 @@ def tier_store(tmp_path_factory: pytest.TempPathFactory) -> SqliteStore:
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 5])
-@pytest.mark.parametrize("recipes", [True, False])
+@pytest.mark.parametrize("texts", [True, False])
 @pytest.mark.parametrize(
     ("range_s", "points"),
     [
@@ -107,18 +108,18 @@ def tier_store(tmp_path_factory: pytest.TempPathFactory) -> SqliteStore:
     ],
 )
 def test_raw_reads_in_slices_equal_one_read(
-    raw_store: SqliteStore, batch: int, recipes: bool, range_s: float, points: int
+    raw_store: SqliteStore, batch: int, texts: bool, range_s: float, points: int
 ) -> None:
     end = T0 + 5.0 * 12 * 30
     start = end - range_s
-    got = _read(raw_store, batch, start, end, points, recipes)
+    got = _read(raw_store, batch, start, end, points, texts)
     assert len(got) > 0
-    _identical(got, _read(raw_store, ONCE, start, end, points, recipes))
-    _as_read_samples(raw_store, got, start, end, points)
+    _identical(got, _read(raw_store, ONCE, start, end, points, texts))
+    _as_frame_read(raw_store, got, start, end, points)
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 5])
-@pytest.mark.parametrize("recipes", [True, False])
+@pytest.mark.parametrize("texts", [True, False])
 @pytest.mark.parametrize(
     ("range_s", "points"),
     [
@@ -130,14 +131,14 @@ def test_raw_reads_in_slices_equal_one_read(
     ],
 )
 def test_tier_reads_in_batches_equal_one_read(
-    tier_store: SqliteStore, batch: int, recipes: bool, range_s: float, points: int
+    tier_store: SqliteStore, batch: int, texts: bool, range_s: float, points: int
 ) -> None:
     end = T0 + 3 * 3600.0
     start = end - range_s
-    got = _read(tier_store, batch, start, end, points, recipes)
+    got = _read(tier_store, batch, start, end, points, texts)
     assert len(got) > 0
-    _identical(got, _read(tier_store, ONCE, start, end, points, recipes))
-    _as_read_samples(tier_store, got, start, end, points)
+    _identical(got, _read(tier_store, ONCE, start, end, points, texts))
+    _as_frame_read(tier_store, got, start, end, points)
 
 
 def test_a_tier_read_regroups_the_batches_before_the_first_with_too_many_rows(tmp_path: Path) -> None:
@@ -152,7 +153,7 @@ def test_a_tier_read_regroups_the_batches_before_the_first_with_too_many_rows(tm
     end = T0 + 2 * 3600.0
     got = _read(store, 1, end - 7200.0, end, 30, True)
     _identical(got, _read(store, ONCE, end - 7200.0, end, 30, True))
-    _as_read_samples(store, got, end - 7200.0, end, 30)
+    _as_frame_read(store, got, end - 7200.0, end, 30)
     assert int((got.target == "b").sum()) <= 31
 
 
@@ -163,8 +164,8 @@ def test_an_empty_range_reads_empty_columns(
     for store, start in ((raw_store, T0 + 86_400.0), (tier_store, T0 - 86_400.0 * 3)):
         got = _read(store, batch, start, start + 900.0, 300, True)
         assert len(got) == 0
-        assert got.recipe_id is not None
-        assert len(got.recipe_id) == 0
+        assert set(got.texts) == set(SAMPLE_TEXTS)
+        assert all(len(texts) == 0 for texts in got.texts.values())
         assert set(got.values) == set(SIGNALS)
     assert len(_read(raw_store, batch, T0 - 600.0, T0 - 60.0, 40, False)) == 0  # before the first row
 
@@ -218,9 +219,9 @@ def test_batches_that_outgrow_the_columns_sized_for_them_still_fit() -> None:
         np.ones(3),
         np.array([1.0, 2.0, 3.0]),
         {"running": np.array([4.0, np.nan, 6.0])},
-        np.array(["r", None, "s"], dtype=object),
+        {"recipe_id": np.array(["r", None, "s"], dtype=object)},
     )
-    parts = store_columns._Parts(["running"], 0.0, 1.0, 10, recipes=True, rows=1)
+    parts = store_columns._Parts(["running"], ["recipe_id"], 0.0, 1.0, 10, rows=1)
     parts.add(rows)
     parts.add(replace(rows, target=np.array(["c", "c", "d"], dtype=object)))
     got = parts.result()
@@ -228,5 +229,4 @@ def test_batches_that_outgrow_the_columns_sized_for_them_still_fit() -> None:
     assert list(got.code) == [0, 0, 1, 2, 2, 3]
     np.testing.assert_array_equal(got.ts, [1.0, 2.0, 1.5] * 2)
     np.testing.assert_array_equal(got.values["running"], [4.0, np.nan, 6.0] * 2)
-    assert got.recipe_id is not None
-    assert list(got.recipe_id) == ["r", None, "s"] * 2
+    assert list(got.texts["recipe_id"]) == ["r", None, "s"] * 2

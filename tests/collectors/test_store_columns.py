@@ -1,4 +1,5 @@
-"""Column reads of the history store (``read_columns``, ``RawTail``) equal the frame reads they replace."""
+"""Column reads of the history store (``read_columns``, ``live`` windows) equal the frame reads they replaced
+(``tests/history_frames.oracle_frame``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 from analysis.sample_bins import ANALYSIS_SIGNALS
 from analysis.saturation import SATURATION_SIGNALS
 from collectors.model import Signals, TargetSnapshot
-from collectors.store.columns import RawTail, SampleColumns
+from collectors.sample_columns import SampleColumns, columns_of_snapshots
 from collectors.store.sqlite_store import SqliteStore
+from tests.history_frames import oracle_frame
+from views.frames import latest_frame, samples_frame
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 SIGNALS = ("output_tok_s", "accept_length", "step_latency_s")
@@ -57,7 +60,7 @@ def _as_frame(columns: SampleColumns) -> pd.DataFrame:
 def _expected(
     store: SqliteStore, start: float, end: float, points: int, targets: list[str] | None = None
 ) -> pd.DataFrame:
-    frame = store.read_samples(start, end, targets, points)
+    frame = oracle_frame(store, start, end, targets, points)
     return frame[["target", "ts", "up", *SIGNALS]].reset_index(drop=True)
 
 
@@ -80,7 +83,7 @@ def store(tmp_path: Path) -> SqliteStore:
     ("range_s", "points"),
     [(900.0, 150), (900.0, 2000), (1800.0, 20), (1800.0, 90), (600.0, 7)],
 )
-def test_read_columns_equals_read_samples(store: SqliteStore, range_s: float, points: int) -> None:
+def test_read_columns_equals_the_frame_read(store: SqliteStore, range_s: float, points: int) -> None:
     end = T0 + 5.0 * 12 * 30
     start = end - range_s
     _same(store.read_columns(start, end, SIGNALS, points), _expected(store, start, end, points))
@@ -90,7 +93,7 @@ def test_read_columns_equals_read_samples(store: SqliteStore, range_s: float, po
     )
 
 
-def test_read_columns_from_a_tier_equals_read_samples(tmp_path: Path) -> None:
+def test_read_columns_from_a_tier_equals_the_frame_read(tmp_path: Path) -> None:
     s = SqliteStore(tmp_path / "h.sqlite")
     targets = [f"t{i:02d}" for i in range(7)]
     _cycles(s, 0, 12 * 60 * 3, targets)  # 3 h
@@ -104,54 +107,54 @@ def test_read_columns_from_a_tier_equals_read_samples(tmp_path: Path) -> None:
 
 
 def test_unknown_signal_is_refused(store: SqliteStore) -> None:
-    with pytest.raises(ValueError, match="not a stored signal"):
+    with pytest.raises(ValueError, match="not a stored sample column"):
         store.read_columns(T0, T0 + 60, ["output_tok_s; DROP TABLE samples"], 10)
 
 
-def _tail_equals_full(store: SqliteStore, tail: RawTail, start: float, end: float, points: int) -> None:
-    _same(store.read_columns(start, end, SIGNALS, points, tail=tail), _expected(store, start, end, points))
+def _tail_equals_full(store: SqliteStore, start: float, end: float, points: int) -> None:
+    _same(store.read_columns(start, end, SIGNALS, points, live=True), _expected(store, start, end, points))
 
 
 def test_a_tail_reads_only_new_rows_and_equals_a_full_read(store: SqliteStore) -> None:
-    tail = RawTail(SIGNALS)
+    tail = store.live_window(SIGNALS)
     targets = ["b", "a", "c"]
     for k in range(12 * 30, 12 * 30 + 24):  # two minutes of cycles, the window sliding with them
         end = T0 + 5.0 * k + 5.0
-        _tail_equals_full(store, tail, end - 900.0, end, 150)
+        _tail_equals_full(store, end - 900.0, end, 150)
         _cycles(store, k, k + 1, targets)
     assert tail.full_reads == 1
     assert tail.tail_rows == 3 * 23  # each later read took one cycle's rows
 
 
 def test_a_tail_follows_a_restart_a_new_target_and_late_rows(store: SqliteStore) -> None:
-    tail = RawTail(SIGNALS)
+    tail = store.live_window(SIGNALS)
     end = T0 + 5.0 * 12 * 30
-    _tail_equals_full(store, tail, end - 900.0, end, 150)
+    _tail_equals_full(store, end - 900.0, end, 150)
     k = 12 * 30
     # a restart: the target is down for two cycles, then back with other values
     store.append([_snap("a", T0 + 5.0 * k, None, up=False), _snap("b", T0 + 5.0 * k, 1.0)])
     store.append([_snap("a", T0 + 5.0 * (k + 1), None, up=False), _snap("b", T0 + 5.0 * (k + 1), 1.0)])
     store.append([_snap("a", T0 + 5.0 * (k + 2), 9.0), _snap("b", T0 + 5.0 * (k + 2), 1.0)])
-    _tail_equals_full(store, tail, end - 890.0, end + 15.0, 150)
+    _tail_equals_full(store, end - 890.0, end + 15.0, 150)
     # a new target, named to sort first, and another sorting between the known ones
     store.append([_snap("0-new", T0 + 5.0 * (k + 3), 3.0), _snap("ab", T0 + 5.0 * (k + 3), 4.0)])
-    _tail_equals_full(store, tail, end - 885.0, end + 20.0, 150)
+    _tail_equals_full(store, end - 885.0, end + 20.0, 150)
     # rows written late, stamped inside the window (a backfill) and one older than it (ignored by both)
     store.append([_snap("c", T0 + 5.0 * (k - 30) + 2.5, 7.0), _snap("a", end - 2000.0, 1.0)], backfill=True)
     # and a row stamped with a time already held for that target (a tie: the full read keeps write order)
     store.append([_snap("b", T0 + 5.0 * (k + 3), 2.0)])
-    _tail_equals_full(store, tail, end - 880.0, end + 20.0, 150)
-    _tail_equals_full(store, tail, end - 880.0, end + 20.0, 2000)  # unregrouped: every row, in order
+    _tail_equals_full(store, end - 880.0, end + 20.0, 150)
+    _tail_equals_full(store, end - 880.0, end + 20.0, 2000)  # unregrouped: every row, in order
     assert tail.full_reads == 1
 
 
 def test_a_tail_reloads_when_the_window_moves_back_or_the_store_is_replaced(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    tail = RawTail(SIGNALS)
+    tail = store.live_window(SIGNALS)
     end = T0 + 5.0 * 12 * 30
-    _tail_equals_full(store, tail, end - 900.0, end, 150)
-    _tail_equals_full(store, tail, end - 1200.0, end, 150)  # back: reload
+    _tail_equals_full(store, end - 900.0, end, 150)
+    _tail_equals_full(store, end - 1200.0, end, 150)  # back: reload
     assert tail.full_reads == 2
     # every row deleted and written again (rowids start over): the held newest row is gone
     db = sqlite3.connect(tmp_path / "h.sqlite")
@@ -159,43 +162,48 @@ def test_a_tail_reloads_when_the_window_moves_back_or_the_store_is_replaced(
         db.execute("DELETE FROM samples")
     db.close()
     _cycles(store, 0, 12 * 30 + 1, ["a", "d"])
-    _tail_equals_full(store, tail, end - 1200.0, end + 5.0, 150)
+    _tail_equals_full(store, end - 1200.0, end + 5.0, 150)
     assert tail.full_reads == 3
 
 
 def test_an_empty_window_then_rows(tmp_path: Path) -> None:
     s = SqliteStore(tmp_path / "h.sqlite")
-    tail = RawTail(SIGNALS)
-    got = s.read_columns(T0, T0 + 900.0, SIGNALS, 150, tail=tail)
+    got = s.read_columns(T0, T0 + 900.0, SIGNALS, 150, live=True)
     assert len(got) == 0
     _cycles(s, 0, 3, ["a"])
-    _tail_equals_full(s, tail, T0, T0 + 900.0, 150)
-    assert not math.isnan(float(np.nanmax(s.read_columns(T0, T0 + 900, SIGNALS, 150, tail=tail).ts)))
+    _tail_equals_full(s, T0, T0 + 900.0, 150)
+    assert not math.isnan(float(np.nanmax(s.read_columns(T0, T0 + 900, SIGNALS, 150, live=True).ts)))
 
 
 def test_a_tail_after_a_gap_reads_only_what_came_after_it(store: SqliteStore) -> None:
     """The collector stopped for longer than the window (the store holds only older rows): the window is
     empty, and the next interval must read the new cycle, not every row ever written (at 1,000 servers that
     was a 1.4 GB, 20 s read)."""
-    tail = RawTail(SIGNALS)
+    tail = store.live_window(SIGNALS)
     resumed = T0 + 5.0 * 12 * 30 + 3600.0  # an hour after the last row
-    assert len(store.read_columns(resumed - 900.0, resumed, SIGNALS, 150, tail=tail)) == 0
+    assert len(store.read_columns(resumed - 900.0, resumed, SIGNALS, 150, live=True)) == 0
     store.append([_snap(t, resumed + 5.0, 1.0) for t in ("a", "b", "c")])
-    _tail_equals_full(store, tail, resumed - 895.0, resumed + 5.0, 150)
+    _tail_equals_full(store, resumed - 895.0, resumed + 5.0, 150)
     assert tail.full_reads == 1
     assert tail.tail_rows == 3  # the one new cycle, not the 1,080 rows before the gap
 
 
-def test_latest_rows_make_the_same_frame_as_latest_snapshots(store: SqliteStore) -> None:
-    from views.data import latest_rows_frame, snapshots_frame
-
+def test_latest_columns_make_the_same_frame_as_latest_snapshots(store: SqliteStore) -> None:
     k = 12 * 30
     store.append([_snap("a", T0 + 5.0 * k, None, up=False), _snap("d", T0 + 5.0 * k, 2.0)])
     store.append([TargetSnapshot("e", T0 + 5.0 * k, True, None, Signals(), None, "", None)])  # all unknown
     for since in (None, T0 + 5.0 * (k - 1), T0 + 5.0 * (k + 1)):
-        expected = snapshots_frame(store.latest(since))
-        pd.testing.assert_frame_equal(latest_rows_frame(store.latest_rows(since)), expected)
-    assert len(snapshots_frame(store.latest(None))) == 5
+        expected = latest_frame(columns_of_snapshots(store.latest(since)))
+        pd.testing.assert_frame_equal(latest_frame(store.latest_columns(since)), expected)
+    frame = latest_frame(store.latest_columns(None)).set_index("target")
+    assert list(frame.index) == ["a", "b", "c", "d", "e"]
+    assert not frame.loc["a", "up"]
+    assert frame.loc["a", "error"] == "connection refused"
+    assert frame.loc["d", "accept_length"] == 2.0
+    assert frame.loc["d", "recipe_id"] == "r-1"
+    assert math.isnan(frame.loc["e", "accept_length"])
+    assert frame.loc["e", "deployment"] == ""
+    assert not frame["unknown"].any()  # the SQLite store always knows
 
 
 # -- the analysis pages' reads: their signals and each row's recipe, as the frame they replace --------------
@@ -221,10 +229,9 @@ def _analysis_cycles(store: SqliteStore, first: int, last: int, targets: list[st
 
 def _same_frame(store: SqliteStore, start: float, end: float, points: int) -> None:
     from analysis.sample_bins import prepare
-    from views.fleet_frames import frame_of_columns
 
-    got = frame_of_columns(store.read_columns(start, end, ANALYSIS, points, recipes=True))
-    full = store.read_samples(start, end, None, points)
+    got = samples_frame(store.read_columns(start, end, ANALYSIS, points, texts=("recipe_id",)))
+    full = oracle_frame(store, start, end, None, points)
     expected = full[["ts", "target", "up", "recipe_id", *ANALYSIS]]
     assert len(got) > 0
     pd.testing.assert_frame_equal(got, expected, check_exact=True)
@@ -253,10 +260,9 @@ def test_analysis_reads_equal_the_full_frame_from_tiers(tmp_path: Path) -> None:
 
 def test_an_empty_analysis_read_is_an_empty_frame_with_its_columns(tmp_path: Path) -> None:
     from analysis.sample_bins import prepare
-    from views.fleet_frames import frame_of_columns
 
     s = SqliteStore(tmp_path / "h.sqlite")
-    got = frame_of_columns(s.read_columns(T0, T0 + 900.0, ANALYSIS, 300, recipes=True))
+    got = samples_frame(s.read_columns(T0, T0 + 900.0, ANALYSIS, 300, texts=("recipe_id",)))
     assert list(got.columns) == ["ts", "target", "up", "recipe_id", *ANALYSIS]
     assert got.empty
     assert prepare(got).empty
@@ -265,16 +271,14 @@ def test_an_empty_analysis_read_is_an_empty_frame_with_its_columns(tmp_path: Pat
 def test_a_tail_with_recipes_equals_the_full_frame_through_slides_new_targets_and_late_rows(
     tmp_path: Path,
 ) -> None:
-    from views.fleet_frames import frame_of_columns
-
     s = SqliteStore(tmp_path / "h.sqlite")
     targets = ["b", "a", "c"]
     _analysis_cycles(s, 0, 12 * 20, targets)
-    tail = RawTail(ANALYSIS, recipes=True)
+    tail = s.live_window(ANALYSIS, ("recipe_id",))
 
     def same(start: float, end: float, points: int) -> None:
-        got = frame_of_columns(s.read_columns(start, end, ANALYSIS, points, tail=tail, recipes=True))
-        full = s.read_samples(start, end, None, points)[["ts", "target", "up", "recipe_id", *ANALYSIS]]
+        got = samples_frame(s.read_columns(start, end, ANALYSIS, points, texts=("recipe_id",), live=True))
+        full = oracle_frame(s, start, end, None, points)[["ts", "target", "up", "recipe_id", *ANALYSIS]]
         pd.testing.assert_frame_equal(got, full.reset_index(drop=True), check_exact=True)
 
     for k in range(12 * 20, 12 * 20 + 15):  # the window slides, the recipe changes on the way

@@ -10,6 +10,7 @@ import pytest
 
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.store.sqlite_store import SCHEMA_VERSION, SqliteStore
+from tests.history_frames import read_frame
 
 DAY_S = 86_400.0
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600  # on an hour: every tier's buckets line up with the data
@@ -59,7 +60,7 @@ def test_minute_rollup_holds_count_mean_min_max_last_across_batches(tmp_path: Pa
     known = [v for v in values if v is not None]
     assert row == [(12, 11, pytest.approx(sum(known)), len(known), 1.0, 4.0, 3.25, "connection refused")]
     # The Fleet chart's 15 min read: one row, the mean of the known values (None is unknown, not 0).
-    frame = store.read_samples(T0, T0 + 900, max_points=1)
+    frame = read_frame(store, T0, T0 + 900, max_points=1)
     assert frame["accept_length"].tolist() == pytest.approx([sum(known) / len(known)])
     assert not frame["up"].iloc[0]  # a down sample inside the bucket shows
     store.close()
@@ -69,14 +70,14 @@ def test_long_ranges_read_a_tier_with_the_same_means_as_the_raw_rows(tmp_path: P
     store = SqliteStore(tmp_path / "h.sqlite")
     _day(store)
     end = T0 + DAY_S - 5
-    from_tier = store.read_samples(T0, end, max_points=150)  # 24 h on the Fleet chart: the 15 min tier
+    from_tier = read_frame(store, T0, end, max_points=150)  # 24 h on the Fleet chart: the 15 min tier
     per_target = from_tier.groupby("target").size()
     assert per_target.tolist() == [96, 96]  # ≥ half the pixels asked, not 17,280 rows
     # Every 15 min bucket holds whole 1 min cycles of k mod 12: its mean is i + 5.5/12 for target i.
     for i in (0, 1):
         means = from_tier[from_tier["target"] == f"t{i}"]["accept_length"]
         assert means.tolist() == pytest.approx([i + 5.5 / 12] * 96)
-    raw = store.read_samples(end - 895, end, ["t1"], max_points=1500)  # 15 min on the Server page: raw
+    raw = read_frame(store, end - 895, end, ["t1"], max_points=1500)  # 15 min on the Server page: raw
     assert len(raw) == 180
     assert raw["accept_length"].tolist()[:12] == pytest.approx([1 + k / 12 for k in range(12)])
     store.close()
@@ -90,7 +91,7 @@ def test_raw_rows_go_after_hours_and_the_rollups_keep_the_day(tmp_path: Path) ->
         end - 7 * DAY_S, raw_older_than_ts=end - 6 * 3600, minute_older_than_ts=end - 12 * 3600
     )
     assert removed == 18 * 720  # 18 of 24 hours of raw rows
-    day = store.read_samples(T0, end, max_points=1500)  # the 1 min tier has only 12 h left: 5 min serves
+    day = read_frame(store, T0, end, max_points=1500)  # the 1 min tier has only 12 h left: 5 min serves
     assert day["ts"].min() < T0 + 300
     assert len(day) == 288
     assert day["accept_length"].tolist() == pytest.approx([5.5 / 12] * 288)
@@ -133,13 +134,13 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path: Path) -> None:
     assert version == (str(SCHEMA_VERSION),)
     assert store.count_samples() == 1440  # nothing lost
     assert [(s.target, s.ts) for s in store.latest()] == [("a", T0 + 3595.0), ("b", T0 + 3595.0)]
-    hour = store.read_samples(T0, T0 + 3600, max_points=40)  # 1 min tier, regrouped into 90 s buckets
+    hour = read_frame(store, T0, T0 + 3600, max_points=40)  # 1 min tier, regrouped into 90 s buckets
     a = hour[hour["target"] == "a"]["accept_length"].tolist()
     assert 30 <= len(a) <= 40
     assert a[0] == pytest.approx(1.0 + 57.5 / 3600)  # mean of the first 24 samples' ts offsets
     store.close()
     again = SqliteStore(path)  # opening a migrated store again must not double the rollups
-    reread = again.read_samples(T0, T0 + 3600, ["a"], max_points=40)["accept_length"].tolist()
+    reread = read_frame(again, T0, T0 + 3600, ["a"], max_points=40)["accept_length"].tolist()
     assert reread == pytest.approx(a)
     assert not math.isnan(a[-1])
     again.close()

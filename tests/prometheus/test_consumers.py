@@ -33,11 +33,10 @@ def test_dashboard_reads_range_history_from_prometheus(
     golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer], tmp_path: Path
 ) -> None:
     config = _config(golden_engine.url, golden_servers[0], tmp_path)
-    data.serve_history_from(config)
-    reader = data.StoreReader(config.store.path)
+    reader = data.StoreReader(config)  # the backend chosen from config: no store path, no global
     try:
         end = time.time()
-        frame = reader.call(lambda store: store.read_samples(end - 3, end, ["golden"]))
+        frame = data.samples(reader, end - 3, end, ("golden",), 1500)
         assert len(frame) >= 2
         assert (frame["running"] == 41).all()  # the served gauge, as Prometheus stored it
         assert frame["kv_usage"].to_list() == pytest.approx([0.2419] * len(frame))  # not token_usage (0.73)

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from collectors.errors import QueryError, StoreError
+from collectors.history import open_history
 from collectors.model import Event, Recipe
-from collectors.prometheus.promql_history import PrometheusHistory, open_history
+from collectors.prometheus.promql_history import PrometheusHistory
 from collectors.store.sqlite_store import SqliteStore
 from config import Config
+from tests.history_frames import read_frame
 from tests.prometheus.engines import Engine, StaticServer, free_port, source_config, wait_scraped
 
 pytestmark = pytest.mark.engines
@@ -30,10 +32,11 @@ def history(
     golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer], tmp_path: Path
 ) -> Iterator[PrometheusHistory]:
     labelled, _ = golden_servers
-    store = open_history(_config(golden_engine.url, labelled, tmp_path))
-    assert isinstance(store, PrometheusHistory)
-    yield store
-    store.close()
+    opened = open_history(_config(golden_engine.url, labelled, tmp_path))
+    assert isinstance(opened.store, PrometheusHistory)
+    assert opened.source is not None  # a collector over this history is handed the source it reads through
+    yield opened.store
+    opened.close()
 
 
 def test_samples_have_the_embedded_store_columns_and_the_served_values(
@@ -41,8 +44,8 @@ def test_samples_have_the_embedded_store_columns_and_the_served_values(
 ) -> None:
     _, flaky = golden_servers
     end = time.time()
-    frame = history.read_samples(end - 3, end, ["golden"])
-    embedded = SqliteStore(":memory:").read_samples(end - 3, end)
+    frame = read_frame(history, end - 3, end, ["golden"])
+    embedded = read_frame(SqliteStore(":memory:"), end - 3, end)
     assert list(frame.columns) == list(embedded.columns)
     assert set(frame["target"]) == {"golden"}  # asking for one target reads only that one
     assert 2 <= len(frame) <= 4  # one row per second (the scrape interval) in 3 s
@@ -55,13 +58,18 @@ def test_samples_have_the_embedded_store_columns_and_the_served_values(
     assert recipe_id is not None
     assert set(frame["recipe_id"]) == {recipe_id}
     assert history.recipes()[recipe_id].get("speculative_dspark_block_size") == 3
-    everyone = history.read_samples(end - 3, end)
+    everyone = read_frame(history, end - 3, end)
     assert set(everyone["target"]) == {"golden", flaky.netloc}
+    # A page asking for two columns gets those two, as from the embedded store.
+    running = history.read_columns(end - 3, end, ["running"], targets=["golden"], texts=["recipe_id"])
+    assert list(running.values) == ["running"]
+    assert list(running.texts) == ["recipe_id"]
+    assert running.values["running"].tolist() == frame["running"].tolist()
 
 
 def test_long_ranges_come_back_downsampled_to_max_points(history: PrometheusHistory) -> None:
     end = time.time()
-    frame = history.read_samples(end - 12, end, ["golden"], max_points=3)
+    frame = read_frame(history, end - 12, end, ["golden"], max_points=3)
     assert 1 <= len(frame) <= 3
     # Each point averages its 6 s step; the served gauges are constant, so the averages are the values.
     assert (frame["running"] == 41).all()
@@ -103,7 +111,7 @@ def test_down_and_up_events_come_from_prometheus_and_alerts_from_sqlite(
     assert any(e.kind == "up" and e.target == flaky.netloc and e.ts > down.ts for e in events)
     assert ("golden", "alert") in kinds  # alert transitions live in SQLite
     assert ("golden", "down") not in kinds  # up/down come from Prometheus only: no duplicates
-    frame = history.read_samples(start - 1, time.time(), [flaky.netloc])
+    frame = read_frame(history, start - 1, time.time(), [flaky.netloc])
     assert not frame["up"].all()
     assert frame.loc[~frame["up"], "running"].isna().all()  # a failed scrape has no signals
     assert (frame.loc[~frame["up"], "error"].str.contains("up == 0")).all()
@@ -125,7 +133,7 @@ def test_an_unreachable_prometheus_is_a_store_error_in_words(tmp_path: Path) -> 
     )
     store = PrometheusHistory(config)
     try:
-        for read in (lambda: store.read_samples(0, 10), store.latest, lambda: store.read_events(0, 10)):
+        for read in (lambda: read_frame(store, 0, 10), store.latest, lambda: store.read_events(0, 10)):
             with pytest.raises(StoreError, match="connection refused; check the server is running") as caught:
                 read()
             assert isinstance(caught.value, QueryError)  # views catching either see it
@@ -148,7 +156,7 @@ def test_history_from_recorded_series_equals_history_from_raw_series(
     for name, settings in (("raw", config), ("recorded", recorded_config)):
         store = PrometheusHistory(settings)
         try:
-            frames[name] = store.read_samples(end - 4, end, ["golden"]).set_index("ts")
+            frames[name] = read_frame(store, end - 4, end, ["golden"]).set_index("ts")
         finally:
             store.close()
     raw, recorded = frames["raw"], frames["recorded"]

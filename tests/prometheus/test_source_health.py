@@ -25,6 +25,7 @@ from collectors.model import TargetSnapshot
 from collectors.prometheus.promql_history import PrometheusHistory
 from collectors.prometheus.promql_source import PrometheusSource
 from config import Config, parse_config
+from tests.history_frames import read_frame
 from tests.loopback import free_port
 from tests.prometheus.fake_api import FakePrometheus
 
@@ -225,7 +226,7 @@ def test_a_partial_range_answer_is_logged_once_and_still_read(
     fake.warnings = [f"store 10.0.0.7:10901 did not answer (token {SECRET})"]
     try:
         with caplog.at_level(logging.WARNING, logger="collectors.prometheus.promql_history"):
-            frames = [history.read_samples(0.0, 600.0) for _ in range(3)]
+            frames = [read_frame(history, 0.0, 600.0) for _ in range(3)]
     finally:
         history.close()
     assert all(frame.empty for frame in frames)  # read, not refused: the answer had no series

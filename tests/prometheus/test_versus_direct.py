@@ -21,6 +21,7 @@ from collectors.prometheus.promql_history import PrometheusHistory
 from collectors.prometheus.promql_source import PrometheusSource
 from config import Config, parse_config
 from sim.fleet import SimFleet
+from tests.history_frames import read_frame
 from tests.prometheus.engines import PROMTOOL, Engine, source_config
 
 pytestmark = pytest.mark.engines
@@ -167,7 +168,7 @@ def test_history_from_prometheus_matches_the_live_snapshots(
     try:
         live = {s.target: s for s in history.latest()}
         now = time.time()
-        frame = history.read_samples(now - 4, now)
+        frame = read_frame(history, now - 4, now)
     finally:
         history.close()
     assert set(frame["target"]) == set(live)

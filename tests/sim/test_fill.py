@@ -17,6 +17,7 @@ import sim.fill as fill_module
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.store.sqlite_store import SqliteStore
 from sim.fill import Segment, demo_history, fill_store, write_history
+from tests.history_frames import read_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 END = 1_760_000_000.0
@@ -46,7 +47,7 @@ def test_the_command_fills_every_tier_and_refuses_a_store_that_has_history(tmp_p
     assert raw[1] - raw[0] == pytest.approx(3600 - 5, abs=60)  # raw rows only within raw retention
     assert raw[2] == pytest.approx(3 * 720, abs=3 * 12)
     newest = raw[1]
-    three_hours = store.read_samples(newest - 3 * 3600, newest, max_points=150)  # the 1 min tier
+    three_hours = read_frame(store, newest - 3 * 3600, newest, max_points=150)  # the 1 min tier
     assert three_hours["ts"].min() < newest - 3 * 3600 + 120
     assert three_hours["target"].nunique() == 3
     assert three_hours["accept_length"].notna().mean() > 0.8

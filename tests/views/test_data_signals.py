@@ -1,4 +1,4 @@
-"""``data.fleet_signals``' frame: the same from the SQLite column read as from another backend's frame."""
+"""``data.fleet_signals``' frame: only the columns asked for, the same as the full read cut to them."""
 
 from __future__ import annotations
 
@@ -10,27 +10,16 @@ import pytest
 from analysis.sample_bins import ANALYSIS_SIGNALS
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.sqlite_store import SqliteStore
+from tests.history_frames import read_frame
 from views import data
 from views.page_context import TimeWindow
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 
 
-class _OtherBackend:
-    """A history backend that is not the SQLite store (as Prometheus is): only ``read_samples``."""
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
-
-    def read_samples(
-        self, start_ts: float, end_ts: float, targets: list[str] | None = None, max_points: int = 2000
-    ) -> pd.DataFrame:
-        return self._store.read_samples(start_ts, end_ts, targets, max_points)
-
-
 @pytest.mark.parametrize("recipes", [True, False])
 @pytest.mark.parametrize(("range_s", "points"), [(900.0, 300), (1800.0, 40)])
-def test_fleet_signals_frame_is_the_same_from_any_backend(
+def test_fleet_signals_frame_is_the_full_read_cut_to_its_columns(
     tmp_path: Path, recipes: bool, range_s: float, points: int
 ) -> None:
     store = SqliteStore(tmp_path / "h.sqlite")
@@ -58,10 +47,11 @@ def test_fleet_signals_frame_is_the_same_from_any_backend(
     end = T0 + 5.0 * 12 * 30
     window = TimeWindow(end - range_s, end)
     got = data._signals_frame(store, window, points, ANALYSIS_SIGNALS, recipes)
-    other = data._signals_frame(_OtherBackend(store), window, points, ANALYSIS_SIGNALS, recipes)  # type: ignore[arg-type]
-    assert list(got.columns) == ["ts", "target", "up", *(["recipe_id"] if recipes else []), *ANALYSIS_SIGNALS]
+    columns = ["ts", "target", "up", *(["recipe_id"] if recipes else []), *ANALYSIS_SIGNALS]
+    full = read_frame(store, window.start_ts, window.end_ts, None, points)[columns]
+    assert list(got.columns) == columns
     assert len(got) > 0
-    pd.testing.assert_frame_equal(got, other.reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(got, full, check_exact=True)
 
 
 def test_an_analysis_read_holds_at_most_the_row_budget_and_every_server(
@@ -95,16 +85,20 @@ def test_an_analysis_read_holds_at_most_the_row_budget_and_every_server(
             ]
         )
     config = parse_config({"scrape": {"interval_s": 5.0}, "store": {"path": str(tmp_path / "h.sqlite")}})
-    ctx = PageContext(config, "1h", clock=lambda: now)
+    reads = data.StoreReader(config)
+    ctx = PageContext(config, reads, "1h", clock=lambda: now)
     assert blocks.analysis_points(1_000) == 100
     assert blocks.analysis_points(10_000) == blocks.ANALYSIS_MIN_POINTS
     assert blocks.analysis_points(3) == blocks.ANALYSIS_POINTS
-    data.clear_all_caches()
-    _, small_fleet = blocks.analysis_history(ctx)  # 40 × 300 points: within the budget
-    monkeypatch.setattr(blocks, "ANALYSIS_ROWS", 40 * 100)
-    data.clear_all_caches()
-    _, bounded = blocks.analysis_history(ctx)
-    data.clear_all_caches()
+    try:
+        data.clear_all_caches()
+        _, small_fleet = blocks.analysis_history(ctx)  # 40 × 300 points: within the budget
+        monkeypatch.setattr(blocks, "ANALYSIS_ROWS", 40 * 100)
+        data.clear_all_caches()
+        _, bounded = blocks.analysis_history(ctx)
+        data.clear_all_caches()
+    finally:
+        reads.close()
     assert small_fleet.groupby("target").size().max() > 200
     per_server = bounded.groupby("target").size()
     assert sorted(per_server.index) == servers

@@ -9,20 +9,20 @@ import pandas as pd
 import pytest
 
 from collectors.model import Signals, TargetSnapshot
-from views.data import snapshots_frame
+from collectors.sample_columns import SampleColumns, columns_of_snapshots, target_codes
 from views.fleet_frames import (
     FLEET_SERIES_SIGNALS,
     STATUS_DOWN,
     STATUS_NO_DATA,
     STATUS_STALE,
     STATUS_UP,
-    columns_of_frame,
     filter_table,
     fleet_series,
     fleet_series_of,
     fleet_table,
     fleet_totals,
 )
+from views.frames import latest_frame
 
 NOW = 1_800_000_000.0
 
@@ -41,35 +41,37 @@ def snap(target: str, age_s: float, up: bool = True, **signals: float) -> Target
 
 @pytest.fixture
 def table() -> pd.DataFrame:
-    latest = snapshots_frame(
-        [
-            snap(
-                "a",
-                2,
-                accept_length=2.999,
-                step_latency_s=0.5127,
-                running=48,
-                max_running=48,
-                queued=7,
-                output_tok_s=280.8,
-                state_pool_usage=0.98,
-                kv_usage=0.29,
-            ),
-            snap(
-                "b",
-                3,
-                accept_length=2.552,
-                step_latency_s=0.2553,
-                running=40,
-                max_running=48,
-                queued=0,
-                output_tok_s=400.0,
-                state_pool_usage=0.80,
-                kv_usage=0.20,
-            ),
-            snap("c", 4, up=False),
-            snap("d", 600, accept_length=2.0, running=10, max_running=48, output_tok_s=99.0),
-        ]
+    latest = latest_frame(
+        columns_of_snapshots(
+            [
+                snap(
+                    "a",
+                    2,
+                    accept_length=2.999,
+                    step_latency_s=0.5127,
+                    running=48,
+                    max_running=48,
+                    queued=7,
+                    output_tok_s=280.8,
+                    state_pool_usage=0.98,
+                    kv_usage=0.29,
+                ),
+                snap(
+                    "b",
+                    3,
+                    accept_length=2.552,
+                    step_latency_s=0.2553,
+                    running=40,
+                    max_running=48,
+                    queued=0,
+                    output_tok_s=400.0,
+                    state_pool_usage=0.80,
+                    kv_usage=0.20,
+                ),
+                snap("c", 4, up=False),
+                snap("d", 600, accept_length=2.0, running=10, max_running=48, output_tok_s=99.0),
+            ]
+        )
     )
     return fleet_table(
         latest,
@@ -127,7 +129,7 @@ def test_filters_combine(table: pd.DataFrame) -> None:
 
 
 def test_empty_latest_gives_an_empty_table() -> None:
-    table = fleet_table(snapshots_frame([]), now_ts=NOW, stale_after_s=15.0)
+    table = fleet_table(latest_frame(columns_of_snapshots([])), now_ts=NOW, stale_after_s=15.0)
     assert table.empty
     assert fleet_totals(table).servers == 0
 
@@ -166,6 +168,19 @@ def _random_samples(seed: int, targets: int, rows: int) -> pd.DataFrame:
         frame.loc[rng.random(rows) < 0.15, column] = np.nan
     frame.loc[frame["target"] == "s000", "output_tok_s"] = np.nan
     return frame.sort_values(["target", "ts"], kind="stable", ignore_index=True)  # as the store reads
+
+
+def columns_of_frame(frame: pd.DataFrame, signals: tuple[str, ...]) -> SampleColumns:
+    """A sample frame (sorted by target, then time) as the columns a read gives."""
+    target = frame["target"].to_numpy(dtype=object)
+    return SampleColumns(
+        target,
+        target_codes(target),
+        frame["ts"].to_numpy(dtype=np.float64),
+        frame["up"].to_numpy(dtype=np.float64),
+        np.ones(len(frame), np.float64),
+        {name: frame[name].to_numpy(dtype=np.float64) for name in signals},
+    )
 
 
 @pytest.mark.parametrize(

@@ -51,9 +51,7 @@ def _live(ctx: PageContext) -> None:
     window = ctx.window()
     now_ts = ctx.now()
     with blocks.store_errors():
-        board = data.alert_board(
-            ctx.store_path, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts
-        )
+        board = data.alert_board(ctx.reads, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts)
         if board is None:
             st.info(NO_ENGINE, icon=":material/notifications_off:")
             return
@@ -80,7 +78,7 @@ def _live(ctx: PageContext) -> None:
                 width="stretch",
                 key="alerts_resolved",
             )
-        _notifications(ctx.store_path, data.tick(now_ts, ctx.interval_s))
+        _notifications(ctx.reads, data.tick(now_ts, ctx.interval_s))
         st.subheader(f"History, last {ctx.range_label}", anchor=False)
         if board.transitions.empty:
             st.caption("No transitions in this range.")
@@ -144,10 +142,10 @@ FAILED_CONFIG = {
 }
 
 
-@st.cache_data(ttl=120, max_entries=16, show_spinner=False)
-def _outbox(path: str, tick: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+@st.cache_data(ttl=120, max_entries=16, show_spinner=False, hash_funcs=data.BY_READER)
+def _outbox(reads: data.StoreReader, tick: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     del tick  # part of the cache key only
-    counts, failed = data.reader(path).call_alerts(
+    counts, failed = reads.call_alerts(
         lambda alerts: (alerts.outbox_counts(), alerts.deliveries(limit=50, status="failed"))
     )
     hide = Redactor()  # receiver URLs may carry user:password
@@ -171,9 +169,9 @@ def _outbox(path: str, tick: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     return summary, rows
 
 
-def _notifications(path: str, tick: int) -> None:
+def _notifications(reads: data.StoreReader, tick: int) -> None:
     """Per receiver what was queued, delivered, failed; and why the failed ones failed (they are kept)."""
-    summary, failed = _outbox(path, tick)
+    summary, failed = _outbox(reads, tick)
     st.subheader("Notifications", anchor=False)
     if summary.empty:
         st.caption("No notification has been queued yet.")

@@ -95,7 +95,7 @@ def _live(ctx: PageContext, thresholds: CapacityThresholds) -> None:
         if table.empty:
             blocks.explain_no_samples(ctx, "server has reported")
             return
-        capacity = capacity_frame(table, data.recipes(ctx.store_path), thresholds)
+        capacity = capacity_frame(table, data.recipes(ctx.reads), thresholds)
         live = capacity[capacity["status"] == STATUS_UP]
         with st.container(border=True):
             st.markdown("#### Verdict")
@@ -165,7 +165,7 @@ def _detail(ctx: PageContext, servers: list[str]) -> None:
     if target is None:
         return
     window = ctx.window()
-    history = data.samples(ctx.store_path, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
+    history = data.samples(ctx.reads, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
     if history.empty:
         return
     left, middle, right = st.columns(3)
@@ -281,7 +281,7 @@ def _saturation(ctx: PageContext, now_ts: float, thresholds: CapacityThresholds)
     # window of 1,000 servers held ~30 MB to be refreshed every interval).
     trend_s = min(ctx.range_s, 3600.0)
     _, history = data.fleet_signals(
-        ctx.store_path, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), saturation.SATURATION_SIGNALS
+        ctx.reads, now_ts, trend_s, ctx.interval_s, int(trend_s // 60.0), saturation.SATURATION_SIGNALS
     )
     found = saturation.time_to_bind(history, thresholds.binds_at(), now_ts)
     frame = saturation.saturation_frame(found)

@@ -282,7 +282,7 @@ def _time_sides(ctx: PageContext, usable: pd.DataFrame, window: TimeWindow) -> S
     if last - first < 2 * ctx.interval_s:
         st.info("Too short a history in this range to split in time.", icon=":material/info:")
         return None
-    events = data.events(ctx.store_path, window.start_ts, window.end_ts, None if scope == ALL else (scope,))
+    events = data.events(ctx.reads, window.start_ts, window.end_ts, None if scope == ALL else (scope,))
     changes = events[(events["kind"] == "recipe_change") & events["ts"].between(first, last)]
     default_ts = float(changes["ts"].iloc[-1]) if not changes.empty else (first + last) / 2
     low, high, default = (_utc(first), _utc(last), _utc(default_ts))

@@ -169,7 +169,7 @@ def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) 
         return  # the SLO page shows the error
     if not slos:
         return
-    report = data.slo_fleet_status(ctx.store_path, slos)
+    report = data.slo_fleet_status(ctx.reads, slos)
     frame = slo_frames.trouble_first(
         slo_frames.overview_frame(report.statuses, data.firing_slo_alerts(board))
     )
@@ -243,7 +243,7 @@ def _table(shown: pd.DataFrame) -> None:
 
 
 def _fleet_chart(ctx: PageContext, now_ts: float) -> None:
-    found = data.fleet_series(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
+    found = data.fleet_series(ctx.reads, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
     st.subheader(f"Fleet output, last {ctx.range_label}", anchor=False)
     if math.isnan(found.first_ts):
         blocks.explain_no_samples(ctx, "samples")

@@ -39,7 +39,7 @@ def render(ctx: PageContext) -> None:
         if usable.empty:
             blocks.explain_no_samples(ctx, "recipe samples")
             return
-        flags = data.recipes(ctx.store_path)
+        flags = data.recipes(ctx.reads)
         st.subheader("Servers by recipe", anchor=False)
         st.dataframe(
             recipe_overview(usable, flags),

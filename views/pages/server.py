@@ -33,7 +33,7 @@ def render(ctx: PageContext) -> None:
 
 
 def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
-    latest = data.newest_snapshots(ctx.store_path, now_ts, ctx.range_s, ctx.interval_s)
+    latest = data.newest_snapshots(ctx.reads, now_ts, ctx.range_s, ctx.interval_s)
     return sorted(set(latest["target"]) | {t.name for t in ctx.config.targets})
 
 
@@ -51,9 +51,7 @@ def _live(ctx: PageContext, target: str) -> None:
         row = rows.iloc[0]
         _header(ctx, row)
         window = ctx.window()
-        history = data.samples(
-            ctx.store_path, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES
-        )
+        history = data.samples(ctx.reads, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
         if history.empty:
             st.info(
                 f"No history for **{formatting.plain(target)}** in the last {ctx.range_label}.",
@@ -118,7 +116,7 @@ def _markers(
     ctx: PageContext, target: str, start_ts: float, end_ts: float, board: data.AlertBoard | None
 ) -> pd.DataFrame:
     """Store events of this server plus its alert transitions, as one frame: time, kind, detail, target."""
-    events = data.events(ctx.store_path, start_ts, end_ts, (target,))
+    events = data.events(ctx.reads, start_ts, end_ts, (target,))
     parts = [events[["time", "kind", "detail", "target"]]]
     if board is not None and not board.transitions.empty:
         mine = board.transitions[board.transitions["target"] == target]
@@ -237,7 +235,7 @@ def _charts(history: pd.DataFrame, markers: pd.DataFrame) -> None:
 def _recipe(ctx: PageContext, recipe_id: str) -> None:
     if not recipe_id:
         return
-    flags = data.recipes(ctx.store_path).get(recipe_id)
+    flags = data.recipes(ctx.reads).get(recipe_id)
     if flags is None:
         return
     with st.expander(f"Recipe `{recipe_id}` flags"):

@@ -92,7 +92,7 @@ def render(ctx: PageContext) -> None:
         st.code(EXAMPLE_YAML, language="yaml")
         return
     with blocks.store_errors():
-        report = data.slo_report(ctx.store_path, ctx.now(), ctx.interval_s, slos)
+        report = data.slo_report(ctx.reads, ctx.now(), ctx.interval_s, slos)
         left, right = st.columns(2)
         name = left.selectbox("SLO", [s.name for s in slos], key=links.SLO_PARAM, bind="query-params")
         slo = next((s for s in slos if s.name == name), slos[0])
@@ -105,16 +105,16 @@ def render(ctx: PageContext) -> None:
 
 def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> None:
     with blocks.store_errors():
-        report = data.slo_report(ctx.store_path, ctx.now(), ctx.interval_s, slos)
+        report = data.slo_report(ctx.reads, ctx.now(), ctx.interval_s, slos)
         if not any(s.period.total > 0 or s.covered_s > 0 for s in report.statuses):
-            if data.sample_count(ctx.store_path, data.tick(ctx.now(), 30.0)) == 0:
+            if data.sample_count(ctx.reads, data.tick(ctx.now(), 30.0)) == 0:
                 st.info(blocks.empty_store_message(ctx), icon=":material/inbox:")
             else:
                 st.info(_no_events(slos), icon=":material/hourglass_empty:")
             return
         window = ctx.window()  # the Fleet and Alerts pages' key: one alert read per interval for all
         board = data.alert_board(
-            ctx.store_path, data.tick(ctx.now(), ctx.interval_s), window.start_ts, window.end_ts
+            ctx.reads, data.tick(ctx.now(), ctx.interval_s), window.start_ts, window.end_ts
         )
         firing = data.firing_slo_alerts(board)
         st.caption(
@@ -244,7 +244,7 @@ def _burn_down(ctx: PageContext, status: SloStatus) -> None:
     end_ts = data.slo_now(ctx.now(), ctx.interval_s)
     start_ts = end_ts - slo.window_s
     st.subheader(f"Error budget over the period ({slo_frames.duration_words(slo.window_s)})", anchor=False)
-    minutes = data.slo_minutes(ctx.store_path, slo.name, status.scope.key, start_ts, end_ts + 1.0)
+    minutes = data.slo_minutes(ctx.reads, slo.name, status.scope.key, start_ts, end_ts + 1.0)
     frame = slo_frames.burn_down_frame(minutes, slo.objective)
     if frame.empty:
         st.info("No events in this period yet, so no budget spent.", icon=":material/timeline:")
