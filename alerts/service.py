@@ -19,14 +19,14 @@ from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.state_store import AlertStateStore
 from alerts.store_recovery import StoreRecovery
 from collectors.errors import StoreError
-from collectors.history import HistoryStore, open_history
+from collectors.history import HistoryStore
 from collectors.model import TargetSnapshot
 from collectors.probes.scheduler import ProbeScheduler, start_probes
 from collectors.runner import Collector
 from collectors.secrets import Redactor
 from collectors.slo import build_slos
 from collectors.slo_ledger import SloLedger
-from collectors.source import Source
+from collectors.source import Source, open_history
 from collectors.store.integrity import STORE_CHECK_TIMEOUT_S
 from collectors.store.probes import ProbeStore
 from collectors.store.slo_counts import SloCountStore

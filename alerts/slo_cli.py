@@ -32,8 +32,8 @@ from analysis.slo_report import (
     target_deployments,
 )
 from collectors.errors import StoreError
-from collectors.history import open_history
 from collectors.slo import Scope, build_slos
+from collectors.source import open_history
 from collectors.store.probes import ProbeStore
 from config import Config, ConfigError, load_config
 

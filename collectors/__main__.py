@@ -19,12 +19,12 @@ from types import FrameType
 
 from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
-from collectors.history import open_history
 from collectors.model import TargetSnapshot
 from collectors.probe_cli import probe
 from collectors.probes.scheduler import start_probes
 from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
+from collectors.source import open_history
 from config import Config, ConfigError, load_config
 
 log = logging.getLogger("specwatch.collectors")

@@ -4,23 +4,18 @@ Two backends implement it: the embedded SQLite store (``store/sqlite_store.py``)
 (``prometheus/promql_history.py``; events, recipes and alert state stay in a small SQLite file beside it).
 Every read answers in the model's types: ``SampleColumns`` (``sample_columns.py``) for samples,
 ``TargetSnapshot`` for the newest of each target, ``Event`` and ``Recipe``. A caller never asks which backend
-it reads: ``open_history`` picks one from ``config.source``, once, and hands out the store, the source it
-reads through (for a collector over it) and its SLO counts.
+it reads: ``collectors.source.open_history`` picks one from ``config.source``, once, and hands out the store,
+the source it reads through (for a collector over it) and its SLO counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.sample_columns import SampleColumns
 from collectors.slo_ledger import SloCounts
-from config import Config
-
-if TYPE_CHECKING:  # sources send HTTP (requests): a viewer of a SQLite store never loads one
-    from collectors.source import Source
 
 
 class HistoryReader(Protocol):
@@ -88,40 +83,3 @@ class StoredSloCounts(SloCounts, Protocol):
     """SLO counts a reader opened and closes."""
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """A config's history backend. ``source``: what ``store`` reads through (the fleet's Prometheus), for a
-    collector over this store to be handed (one source per process), None when a collector makes its own.
-    ``slo_counts(source)`` opens the SLO counts the reports read, read-only (``source`` names where the SLOs
-    are configured, for error messages)."""
-
-    store: HistoryStore
-    source: Source | None
-    slo_counts: Callable[[str], StoredSloCounts]
-
-    def close(self) -> None:
-        self.store.close()  # and the source it reads through
-
-
-def open_history(config: Config) -> History:
-    """The history ``config.source`` implies: the fleet's Prometheus for ``prometheus``, else the SQLite file
-    at ``store.path``."""
-    if config.source == "prometheus":
-        # Here, not at the top: the Prometheus client brings requests with it; a SQLite viewer never needs it.
-        from collectors.prometheus.promql_history import PrometheusHistory
-        from collectors.prometheus.promql_source import PrometheusSource
-        from collectors.prometheus.slo_counts import prometheus_slo_counts
-
-        source = PrometheusSource(config)
-        prometheus = PrometheusHistory(config, source=source)
-        return History(prometheus, source, lambda named: prometheus_slo_counts(config, source, named))
-
-    from collectors.store.slo_counts import SloCountStore
-    from collectors.store.sqlite_store import SqliteStore
-
-    # A reader never writes the SLO tables (the collecting process's ledger does).
-    return History(
-        SqliteStore(config.store.path), None, lambda _named: SloCountStore(config.store.path, create=False)
-    )

@@ -15,10 +15,10 @@ import threading
 from types import FrameType
 
 from collectors.errors import CollectorError
-from collectors.history import open_history
 from collectors.probe_result import ProbeResult
 from collectors.probes.scheduler import ProbeScheduler
 from collectors.runner import Collector
+from collectors.source import open_history
 from collectors.store.probes import ProbeStore
 from config import Config
 

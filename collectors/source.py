@@ -1,5 +1,5 @@
-"""Where snapshots come from: the ``Source`` protocol the runner drives, and the factory that picks one from
-config.
+"""Where snapshots and history come from: the ``Source`` protocol the runner drives, the factory that picks
+one from config, and the history backend a config implies (``open_history``): the wiring joining the sources.
 
 ``direct`` scrapes each SGLang server (``collectors.direct``). A second source (the fleet's Prometheus) plugs
 in by implementing ``Source`` and adding a branch to ``make_source``.
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from collectors.history import HistoryStore, StoredSloCounts
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
 from config import Config, ConfigError, Target
 
@@ -54,3 +56,40 @@ def make_source(
 
         return PrometheusSource(config, targets, clock=clock)
     raise ConfigError("<config>", "source", "'direct' or 'prometheus'", config.source)
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A config's history backend. ``source``: what ``store`` reads through (the fleet's Prometheus), for a
+    collector over this store to be handed (one source per process), None when a collector makes its own.
+    ``slo_counts(source)`` opens the SLO counts the reports read, read-only (``source`` names where the SLOs
+    are configured, for error messages)."""
+
+    store: HistoryStore
+    source: Source | None
+    slo_counts: Callable[[str], StoredSloCounts]
+
+    def close(self) -> None:
+        self.store.close()  # and the source it reads through
+
+
+def open_history(config: Config) -> History:
+    """The history ``config.source`` implies: the fleet's Prometheus for ``prometheus``, else the SQLite file
+    at ``store.path``."""
+    if config.source == "prometheus":
+        # Here, not at the top: the Prometheus client brings requests with it; a SQLite viewer never needs it.
+        from collectors.prometheus.promql_history import PrometheusHistory
+        from collectors.prometheus.promql_source import PrometheusSource
+        from collectors.prometheus.slo_counts import prometheus_slo_counts
+
+        source = PrometheusSource(config)
+        prometheus = PrometheusHistory(config, source=source)
+        return History(prometheus, source, lambda named: prometheus_slo_counts(config, source, named))
+
+    from collectors.store.slo_counts import SloCountStore
+    from collectors.store.sqlite_store import SqliteStore
+
+    # A reader never writes the SLO tables (the collecting process's ledger does).
+    return History(
+        SqliteStore(config.store.path), None, lambda _named: SloCountStore(config.store.path, create=False)
+    )

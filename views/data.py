@@ -35,11 +35,12 @@ from analysis import sample_bins
 from analysis.slo_budget import slo_scopes
 from analysis.slo_report import Goodput, SloStatus, goodput, slo_status, slo_statuses
 from collectors.errors import StoreError
-from collectors.history import History, HistoryReader, StoredSloCounts, open_history
+from collectors.history import HistoryReader, StoredSloCounts
 from collectors.model import FlagValue
 from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, SampleColumns
 from collectors.slo import Slo
 from collectors.slo_ledger import SloCounts
+from collectors.source import History, open_history
 from config import Config
 from views import fleet_frames, frames
 from views.page_context import TimeWindow, quantised_window

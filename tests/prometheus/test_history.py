@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from collectors.errors import QueryError, StoreError
-from collectors.history import open_history
 from collectors.model import Event, Recipe
 from collectors.prometheus.promql_history import PrometheusHistory
+from collectors.source import open_history
 from collectors.store.sqlite_store import SqliteStore
 from config import Config
 from tests.history_frames import read_frame
