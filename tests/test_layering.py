@@ -1,4 +1,5 @@
-"""Imports go one way: app → views → alerts → collectors → config; sim uses config, the model and the store.
+"""Imports go one way: app → views → alerts → collectors → config; sim uses config, the model, the store and
+the signal derivation.
 
 An ``ast`` walk over every module (imports inside functions included), so a layering slip fails CI at once.
 """
@@ -20,8 +21,16 @@ ALLOWED: dict[str, set[str]] = {
     "alerts": {"collectors", "config"},
     "views": {"alerts", "collectors", "config"},
     # sim describes servers with the collector's data model, and `python -m sim history` writes a history
-    # store the way the collector does (its store and its errors; never the scraping side).
-    "sim": {"config", "collectors.model", "collectors.store", "collectors.errors"},
+    # store the way the collector does (its store and its errors; never the scraping side), deriving its
+    # signals by the collector's catalogue and its compiled derivation (one formula, live and history).
+    "sim": {
+        "config",
+        "collectors.model",
+        "collectors.store",
+        "collectors.errors",
+        "collectors.signals",
+        "collectors.direct.derive",
+    },
     "app": {"views", "alerts", "collectors", "config", "sim"},
     # Benchmarks measure whole pages, so they may drive the entry point like the tests do.
     "bench": {"app", "views", "alerts", "collectors", "config", "sim"},
