@@ -374,10 +374,6 @@ class SimServer:
         with self._lock:
             return bytes(encoder(self._registry))
 
-    def render_metrics(self, accept: str = "") -> str:
-        """The /metrics body for this Accept header (uncompressed), for tests and tools."""
-        return self.handle("GET", "/metrics", {"accept": accept}).body.decode()
-
 
 def _json(status: int, payload: object) -> Reply:
     return Reply(status, json.dumps(payload).encode(), {"Content-Type": "application/json"})

@@ -66,14 +66,9 @@ def _inherit_for_s(rule: Rule[Any], raw: Mapping[str, Any], rules: list[Rule[Any
     return SourceDown(dataclasses.replace(rule.settings, for_s=target_down.for_s))
 
 
-def validate_rules(raw: Mapping[str, Any] | None, source: str = "config") -> None:
-    """Fail fast at start: the same checks as ``build_rules``, for callers that only validate."""
-    build_rules(raw, source)
-
-
 def settings_reference() -> dict[str, list[SettingDoc]]:
     """Every rule's settings with defaults and help: the docs' config reference."""
     return {name: document_settings(rule.settings_class) for name, rule in RULES.items()}
 
 
-__all__ = ["RULES", "Rule", "RuleSettings", "build_rules", "settings_reference", "validate_rules"]
+__all__ = ["RULES", "Rule", "RuleSettings", "build_rules", "settings_reference"]

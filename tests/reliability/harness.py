@@ -11,7 +11,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,17 +117,6 @@ class Clock:
 
     def __call__(self) -> float:
         return time.time() + self.offset_s
-
-
-class SimClock:
-    """A unix clock that runs with a simulated fleet's time (accelerated runs): ``start + fleet seconds``."""
-
-    def __init__(self, sim_time_s: Callable[[], float], start_ts: float | None = None) -> None:
-        self._sim_time_s = sim_time_s
-        self._start_ts = time.time() if start_ts is None else start_ts
-
-    def __call__(self) -> float:
-        return self._start_ts + self._sim_time_s()
 
 
 def reset_route(handler: Handler) -> None:
