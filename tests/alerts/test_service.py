@@ -5,6 +5,7 @@ CLI.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from config import ConfigError, parse_config
 from tests.alerts.conftest import Receiver
 from tests.collectors.bodies import Load
 from tests.collectors.servers import FakeSGLang
+from tests.loopback import reaped, run_module
 
 ROOT = Path(__file__).parents[2]
 FAST_RULES = {
@@ -144,15 +146,7 @@ def test_invalid_rule_settings_fail_before_anything_starts(tmp_path: Path) -> No
     assert not (tmp_path / "h.sqlite").exists()
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "alerts", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+cli = functools.partial(run_module, "alerts")  # python -m alerts ARGS, to its end
 
 
 def test_cli_export_rules_and_check(tmp_path: Path) -> None:
@@ -174,23 +168,20 @@ def test_cli_daemon_runs_until_sigterm(
 ) -> None:
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(config_dict(tmp_path, fleet, receiver)), encoding="utf-8")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "alerts", "run", "--config", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
+    with reaped(
+        subprocess.Popen(
+            [sys.executable, "-m", "alerts", "run", "--config", str(path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    ) as process:
         (body,) = receiver.wait_for(1, timeout_s=30)
         assert body["alerts"][0]["labels"]["target"] == "k3-1"
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()  # reaps it and closes the pipe (no ResourceWarning in a later test)
     assert process.returncode == 0, output
     assert "watching 2 targets" in output
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sqlite3
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.collectors.servers import FakeSGLang, refused_url, wait_for
+from tests.loopback import reaped, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_KEYS = {
@@ -21,15 +23,7 @@ REQUIRED_KEYS = {
 }  # fmt: skip
 
 
-def collectors_cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "collectors", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+collectors_cli = functools.partial(run_module, "collectors")  # python -m collectors ARGS, to its end
 
 
 def write_config(path: Path, body: str) -> Path:
@@ -103,22 +97,19 @@ store: {{path: {history}}}
 exporter: {{listen: "127.0.0.1:0"}}
 """,
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with reaped(
+        subprocess.Popen(
+            [sys.executable, "-m", "collectors", "--config", str(config)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ) as process:
         assert wait_for(lambda: server.hits("/metrics") >= 3, timeout_s=20)
         process.send_signal(signal.SIGTERM)
         started = time.monotonic()
         _, stderr = process.communicate(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 0, stderr
     assert time.monotonic() - started < 5
     assert "Traceback" not in stderr
@@ -141,20 +132,17 @@ store: {{path: {history}}}
 exporter: {{listen: null}}
 """,
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with reaped(
+        subprocess.Popen(
+            [sys.executable, "-m", "collectors", "--config", str(config)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ) as process:
         assert wait_for(lambda: server.hits("/metrics") >= 4, timeout_s=20)
         process.kill()
         process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     scraped = server.hits("/metrics")
     with sqlite3.connect(history) as db:
         kept = db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
