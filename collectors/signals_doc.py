@@ -12,27 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.signals import (
-    COMPLETION_WINDOW_S,
-    SIGNALS,
-    Expr,
-    Family,
-    First,
-    Gauge,
-    Inverse,
-    Positive,
-    Product,
-    Rate,
-    Ratio,
-    Ref,
-    Signal,
-    Total,
-    Unless,
-    When,
-    Zero,
-    families_of,
-    format_duration,
-)
+from collectors import signal_expr as node
+from collectors.signals import COMPLETION_WINDOW_S, SIGNALS, Signal, format_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RATE_WINDOW_S = 60.0  # the recorded names shown are those of the default window (scrape every 5 s)
@@ -41,54 +22,50 @@ DEFAULT_RATE_WINDOW_S = 60.0  # the recorded names shown are those of the defaul
 _ATOM, _TIMES, _PLUS, _COMPARE, _GUARD, _OR = 9, 6, 5, 4, 3, 2
 
 
-def _family(family: Family, part: str = "") -> str:
+def _family(family: node.Family, part: str = "") -> str:
     matchers = ",".join(f'{label}="{value}"' for label, value in family.match)
     return f"{family.name}{part}" + (f"{{{matchers}}}" if matchers else "")
 
 
-def _notation(expr: Expr) -> tuple[str, int]:
+_COMPARISONS = {node.Positive: "> 0", node.Zero: "== 0"}  # the value only where it compares so
+_GUARDS = {node.When: "where", node.Unless: "unless"}  # the value only where the condition is (not) known
+
+
+def _notation(expr: node.Expr) -> tuple[str, int]:
     """``expr`` in the docs' notation, and how tightly it binds."""
 
-    def inner(child: Expr, parent: int) -> str:
+    def inner(child: node.Expr, parent: int) -> str:
         text, binds = _notation(child)
         return text if binds > parent or binds == _ATOM else f"({text})"
 
-    if isinstance(expr, Gauge):
+    if isinstance(expr, node.Gauge):
         return _family(expr.family), _ATOM
-    if isinstance(expr, Rate):
+    if isinstance(expr, node.Rate):
         return f"rate({_family(expr.family, expr.part)})", _ATOM
-    if isinstance(expr, Ref):
+    if isinstance(expr, node.Ref):
         return expr.signal, _ATOM
-    if isinstance(expr, Ratio):
+    if isinstance(expr, node.Ratio):
         top, bottom = expr.numerator, expr.denominator
-        if (
-            isinstance(top, Rate)
-            and isinstance(bottom, Rate)
-            and top.family == bottom.family
-            and (top.part, bottom.part) == ("_sum", "_count")
-        ):
+        if isinstance(top, node.Rate) and top.part == "_sum" and bottom == node.Rate(top.family, "_count"):
             return f"mean({_family(top.family)})", _ATOM
         return f"{inner(top, _TIMES)} / {inner(bottom, _TIMES)}", _TIMES
-    if isinstance(expr, Product):
+    if isinstance(expr, node.Product):
         return f"{inner(expr.left, _TIMES)} × {inner(expr.right, _TIMES)}", _TIMES
-    if isinstance(expr, Inverse):
+    if isinstance(expr, node.Inverse):
         return f"1 / {inner(expr.value, _TIMES)}", _TIMES
-    if isinstance(expr, Total):
+    if isinstance(expr, node.Total):
         return " + ".join(inner(part, _PLUS) for part in expr.parts), _PLUS
-    if isinstance(expr, Positive):
-        return f"{inner(expr.value, _COMPARE)} > 0", _COMPARE
-    if isinstance(expr, Zero):
-        return f"{inner(expr.value, _COMPARE)} == 0", _COMPARE
-    if isinstance(expr, When):
-        return f"{inner(expr.value, _GUARD)} where {inner(expr.condition, _GUARD)}", _GUARD
-    if isinstance(expr, Unless):
-        return f"{inner(expr.value, _GUARD)} unless {inner(expr.condition, _GUARD)}", _GUARD
-    assert isinstance(expr, First)
+    if isinstance(expr, node.Positive | node.Zero):
+        return f"{inner(expr.value, _COMPARE)} {_COMPARISONS[type(expr)]}", _COMPARE
+    if isinstance(expr, node.When | node.Unless):
+        value, condition = inner(expr.value, _GUARD), inner(expr.condition, _GUARD)
+        return f"{value} {_GUARDS[type(expr)]} {condition}", _GUARD
+    assert isinstance(expr, node.First)
     # A guarded choice is parenthesised although it binds tighter: "a unless b or c" reads ambiguously.
     return " or ".join(inner(choice, _GUARD) for choice in expr.choices), _OR
 
 
-def notation(expr: Expr) -> str:
+def notation(expr: node.Expr) -> str:
     """One expression as the docs write it (legend above the signal table)."""
     return _notation(expr)[0]
 
@@ -127,9 +104,9 @@ def render_signals(signals: Sequence[Signal] = SIGNALS) -> str:
 def render_families(signals: Sequence[Signal] = SIGNALS) -> str:
     """Every SGLang family a signal reads: kind, first SGLang release, completion-counted, readers."""
     readers: dict[str, list[str]] = {}
-    families: dict[str, Family] = {}
+    families: dict[str, node.Family] = {}
     for s in signals:
-        for family in families_of(s.expr) if s.expr is not None else ():
+        for family in node.families_of(s.expr) if s.expr is not None else ():
             families.setdefault(family.name, family)
             if s.name not in readers.setdefault(family.name, []):
                 readers[family.name].append(s.name)

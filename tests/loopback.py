@@ -93,3 +93,8 @@ def reaped(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def start_module(module: str, *args: str, **popen: Any) -> subprocess.Popen[Any]:
+    """``python -m module args`` started from the repository's root (``popen``: pipes, env, text, ...)."""
+    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, **popen)

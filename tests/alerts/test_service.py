@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,9 +24,8 @@ from config import ConfigError, parse_config
 from tests.alerts.conftest import Receiver
 from tests.collectors.bodies import Load
 from tests.collectors.servers import FakeSGLang
-from tests.loopback import reaped, run_module
+from tests.loopback import reaped, run_module, start_module
 
-ROOT = Path(__file__).parents[2]
 FAST_RULES = {
     "StatePoolSaturation": {"for_s": 0, "keep_firing_for_s": 0, "window_s": 0.1},
     "TargetDown": {"for_s": 0},
@@ -169,9 +167,11 @@ def test_cli_daemon_runs_until_sigterm(
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(config_dict(tmp_path, fleet, receiver)), encoding="utf-8")
     with reaped(
-        subprocess.Popen(
-            [sys.executable, "-m", "alerts", "run", "--config", str(path)],
-            cwd=ROOT,
+        start_module(
+            "alerts",
+            "run",
+            "--config",
+            str(path),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -198,9 +198,11 @@ def test_sigterm_given_to_another_thread_still_stops_the_daemon(
     # main thread wakes. tgkill delivers it to a non-main thread on purpose: an untimed wait never stopped.
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(config_dict(tmp_path, fleet, receiver)), encoding="utf-8")
-    with subprocess.Popen(
-        [sys.executable, "-m", "alerts", "run", "--config", str(path)],
-        cwd=ROOT,
+    with start_module(
+        "alerts",
+        "run",
+        "--config",
+        str(path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

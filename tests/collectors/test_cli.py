@@ -7,15 +7,13 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.collectors.servers import FakeSGLang, refused_url, wait_for
-from tests.loopback import reaped, run_module
+from tests.loopback import reaped, run_module, start_module
 
-ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_KEYS = {
     "target", "up", "error", "accept_length", "tpot_s", "step_latency_s", "output_tok_s", "per_request_tok_s",
     "running", "queued", "max_running", "state_pool_usage", "kv_usage", "avg_context_tokens",
@@ -98,9 +96,10 @@ exporter: {{listen: "127.0.0.1:0"}}
 """,
     )
     with reaped(
-        subprocess.Popen(
-            [sys.executable, "-m", "collectors", "--config", str(config)],
-            cwd=ROOT,
+        start_module(
+            "collectors",
+            "--config",
+            str(config),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -133,9 +132,10 @@ exporter: {{listen: null}}
 """,
     )
     with reaped(
-        subprocess.Popen(
-            [sys.executable, "-m", "collectors", "--config", str(config)],
-            cwd=ROOT,
+        start_module(
+            "collectors",
+            "--config",
+            str(config),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

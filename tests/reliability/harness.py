@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.collectors.servers import Handler, LoopbackServer
+from tests.collectors.servers import FakeSGLang, Handler, LoopbackServer
 
 
 class Receiver:
@@ -168,3 +168,14 @@ def tmpfs(folder: Path, size: str = "2m") -> Iterator[bool]:
                 time.sleep(0.1)
             else:  # something still has a file open there: detach it now, the kernel frees it when closed
                 subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+@contextmanager
+def fake_fleet(*names: str) -> Iterator[dict[str, FakeSGLang]]:
+    """Loopback SGLang servers by name, stopped on the way out."""
+    fleet = {name: FakeSGLang() for name in names}
+    try:
+        yield fleet
+    finally:
+        for server in fleet.values():
+            server.stop()

@@ -33,8 +33,8 @@ from collectors.store.integrity import stamp_store_id
 from collectors.store.sqlite_store import SqliteStore
 from config import Config, load_config, parse_config
 from tests.collectors.servers import FakeSGLang, wait_for
-from tests.loopback import reaped
-from tests.reliability.harness import Receiver, integrity, samples_by_target, tmpfs
+from tests.loopback import reaped, start_module
+from tests.reliability.harness import Receiver, fake_fleet, integrity, samples_by_target, tmpfs
 from tests.reliability.test_sigkill import ROOT, firing_pages
 from tests.reliability.test_store_faults import StepClock, cycles
 
@@ -49,11 +49,9 @@ PAGE_BYTES = 4096  # SQLite's default page size, the one specwatch's stores use
 
 @pytest.fixture
 def servers() -> Iterator[dict[str, FakeSGLang]]:
-    fleet = {"k3-a": FakeSGLang(), "k3-b": FakeSGLang()}
-    fleet["k3-b"].metrics_status = 503  # down from the start: TargetDown (for_s 0) fires at once
-    yield fleet
-    for server in fleet.values():
-        server.stop()
+    with fake_fleet("k3-a", "k3-b") as fleet:
+        fleet["k3-b"].metrics_status = 503  # down from the start: TargetDown (for_s 0) fires at once
+        yield fleet
 
 
 @pytest.fixture
@@ -362,9 +360,11 @@ def test_the_daemon_starts_on_a_torn_store_says_so_once_and_does_not_page_again(
     damage(store, "garbage over a page")
 
     with reaped(
-        subprocess.Popen(
-            [sys.executable, "-m", "alerts", "run", "--config", str(config)],
-            cwd=ROOT,
+        start_module(
+            "alerts",
+            "run",
+            "--config",
+            str(config),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
