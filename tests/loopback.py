@@ -95,6 +95,19 @@ def reaped(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
             process.communicate()
 
 
-def start_module(module: str, *args: str, **popen: Any) -> subprocess.Popen[Any]:
-    """``python -m module args`` started from the repository's root (``popen``: pipes, env, text, ...)."""
+# What a started module's output goes to, as (stdout, stderr), read as text: the ways the tests read daemons.
+OUTPUTS = {
+    "merged": (subprocess.PIPE, subprocess.STDOUT),  # one stream, read with communicate()
+    "both": (subprocess.PIPE, subprocess.PIPE),
+    "stderr": (subprocess.DEVNULL, subprocess.PIPE),  # the log only
+    "none": (subprocess.DEVNULL, subprocess.DEVNULL),
+}
+
+
+def start_module(module: str, *args: str, output: str | None = None, **popen: Any) -> subprocess.Popen[Any]:
+    """``python -m module args`` started from the repository's root; ``output`` one of ``OUTPUTS`` (read as
+    text), or ``popen`` says where it goes."""
+    if output is not None:
+        stdout, stderr = OUTPUTS[output]
+        popen = {"stdout": stdout, "stderr": stderr, "text": output != "none", **popen}
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, **popen)

@@ -9,7 +9,6 @@ import functools
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -172,9 +171,7 @@ def test_cli_daemon_runs_until_sigterm(
             "run",
             "--config",
             str(path),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            output="merged",
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     ) as process:
@@ -203,9 +200,7 @@ def test_sigterm_given_to_another_thread_still_stops_the_daemon(
         "run",
         "--config",
         str(path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        output="merged",
     ) as process:
         try:
             receiver.wait_for(1, timeout_s=30)  # running: scrape loop, collector and notifier threads exist

@@ -6,7 +6,6 @@ import functools
 import json
 import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,28 +80,31 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "nope.yaml" in missing.stderr
 
 
-def test_runs_until_sigterm_then_flushes_and_exits_0(
-    sglang: Callable[..., FakeSGLang], tmp_path: Path
-) -> None:
-    server = sglang()
-    history = tmp_path / "history.sqlite"
-    config = write_config(
+def daemon_config(tmp_path: Path, server: FakeSGLang, history: Path, *, listen: str) -> Path:
+    """A config scraping ``server`` every 0.2 s into ``history``; ``listen``: the exporter's (YAML)."""
+    return write_config(
         tmp_path / "fleet.yaml",
         f"""
 scrape: {{interval_s: 0.2, timeout_s: 0.2}}
 targets: [{{name: k3, url: "{server.url}"}}]
 store: {{path: {history}}}
-exporter: {{listen: "127.0.0.1:0"}}
+exporter: {{listen: {listen}}}
 """,
     )
+
+
+def test_runs_until_sigterm_then_flushes_and_exits_0(
+    sglang: Callable[..., FakeSGLang], tmp_path: Path
+) -> None:
+    server = sglang()
+    history = tmp_path / "history.sqlite"
+    config = daemon_config(tmp_path, server, history, listen='"127.0.0.1:0"')
     with reaped(
         start_module(
             "collectors",
             "--config",
             str(config),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            output="both",
         )
     ) as process:
         assert wait_for(lambda: server.hits("/metrics") >= 3, timeout_s=20)
@@ -122,22 +124,13 @@ exporter: {{listen: "127.0.0.1:0"}}
 def test_sigkill_loses_at_most_the_cycle_in_flight(sglang: Callable[..., FakeSGLang], tmp_path: Path) -> None:
     server = sglang()
     history = tmp_path / "history.sqlite"
-    config = write_config(
-        tmp_path / "fleet.yaml",
-        f"""
-scrape: {{interval_s: 0.2, timeout_s: 0.2}}
-targets: [{{name: k3, url: "{server.url}"}}]
-store: {{path: {history}}}
-exporter: {{listen: null}}
-""",
-    )
+    config = daemon_config(tmp_path, server, history, listen="null")
     with reaped(
         start_module(
             "collectors",
             "--config",
             str(config),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            output="none",
         )
     ) as process:
         assert wait_for(lambda: server.hits("/metrics") >= 4, timeout_s=20)

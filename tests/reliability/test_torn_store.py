@@ -365,9 +365,7 @@ def test_the_daemon_starts_on_a_torn_store_says_so_once_and_does_not_page_again(
             "run",
             "--config",
             str(config),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+            output="stderr",
         )
     ) as process:
         assert wait_for(lambda: new_rows(tmp_path, store) >= 6, timeout_s=20)

@@ -154,9 +154,7 @@ def test_daemon_logs_webhooks_and_the_collectors_own_metrics_never_show_the_toke
         "--config",
         str(setup.config),
         env=setup.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        output="merged",
     )
     try:
         # TargetDown (for_s 0) fires for every failing target and is delivered to the webhook
@@ -177,9 +175,7 @@ def test_daemon_logs_webhooks_and_the_collectors_own_metrics_never_show_the_toke
         "--config",
         str(setup.config),
         env=setup.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        output="stderr",
     )
     try:
         assert collector.stderr is not None

@@ -137,9 +137,7 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Case]:
         "--config",
         str(config),
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        output="merged",
     )
     metrics = ""
     try:

@@ -22,9 +22,7 @@ def serving(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     with start_module(
         "sim",
         *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        output="both",
     ) as process:
         assert process.stdout is not None
         assert process.stderr is not None
