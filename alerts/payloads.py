@@ -159,14 +159,6 @@ def split_payload(kind: str, payload: str) -> list[str] | None:
     ]
 
 
-def payload_identity(kind: str, payload: str) -> tuple[str, tuple[str, ...]]:
-    """(group key, alert fingerprints) of a stored body: what a retry keeps and a receiver dedupes on."""
-    document = json.loads(payload)
-    if kind == "alertmanager":
-        return "", tuple(fingerprint(a["labels"]) for a in document)
-    return str(document.get("groupKey", "")), tuple(str(a.get("fingerprint", "")) for a in document["alerts"])
-
-
 def alertmanager_alert(body: Mapping[str, Any], ends_at: float) -> dict[str, Any]:
     """A webhook alert as a ``/api/v2/alerts`` postable alert (endsAt always set, like Prometheus)."""
     return {

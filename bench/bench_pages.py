@@ -58,7 +58,6 @@ TARGET_WARM_S = 0.5
 TARGET_COLD_S = 1.0
 TARGET_COLD_7D_S = 2.0
 TARGET_LIVE_S = 0.2
-TARGET_BYTES = 2_000_000
 TARGET_RSS_MB = 300.0
 CATCH_UP_S = 900.0  # the store is caught up to now over at most this much (the 15 min range)
 PAGES = ("fleet", "server", "context", "capacity", "recipes", "alerts")  # every page of views/menu.py

@@ -38,41 +38,16 @@ SOAK_SCENARIO: dict[str, Any] = {
     "recipes": {"wide": {"speculative_dspark_block_size": 7}, "narrow": {"speculative_dspark_block_size": 3}},
     "workloads": {"chat": {"isl": 1024, "osl": 1024, "osl_jitter": 0.3}, "rag": {"isl": 8192, "osl": 1024}},
     "servers": [
-        {
-            "name": "flap",
-            "deployment": "faulty",
-            "recipe": "wide",
-            "workload": "chat",
-            "load": {"concurrency": 24},
-        },
-        {
-            "name": "slow",
-            "deployment": "faulty",
-            "recipe": "wide",
-            "workload": "chat",
-            "load": {"concurrency": 24},
-        },
-        {
-            "name": "garbage",
-            "deployment": "faulty",
-            "recipe": "wide",
-            "workload": "chat",
-            "load": {"concurrency": 24},
-        },
-        {
-            "name": "hang",
-            "deployment": "faulty",
-            "recipe": "wide",
-            "workload": "chat",
-            "load": {"concurrency": 24},
-        },
-        {
-            "name": "restart",
-            "deployment": "faulty",
-            "recipe": "wide",
-            "workload": "chat",
-            "load": {"concurrency": 24},
-        },
+        *(
+            {
+                "name": name,
+                "deployment": "faulty",
+                "recipe": "wide",
+                "workload": "chat",
+                "load": {"concurrency": 24},
+            }
+            for name in ("flap", "slow", "garbage", "hang", "restart")
+        ),
         {
             "name": "swing",
             "deployment": "load",

@@ -462,10 +462,6 @@ class SimServer:
         with self._lock:
             return bytes(encoder(self._registry))
 
-    def render_metrics(self, accept: str = "") -> str:
-        """The /metrics body for this Accept header (uncompressed), for tests and tools."""
-        return self.handle("GET", "/metrics", {"accept": accept}).body.decode()
-
 
 # Whether config.Target has ``gpu_exporter_url`` yet (issue 20's collector side adds it).
 _TARGET_HAS_GPU_EXPORTER = "gpu_exporter_url" in Target.model_fields

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim import mechanism as mech
-from sim.families import FamilyValues, HistogramValue, MetricValues
+from sim.families import FamilyValues, HistogramValue, MetricValues, Value
 from sim.ledger import Histogram
 from sim.server_engine import NEW_TOKEN_RATIO, ServerEngine
 
@@ -52,15 +52,57 @@ def _streamed_histogram(engine: ServerEngine, key: str, share: float) -> Histogr
 def _histogram(histogram: Histogram) -> HistogramValue:
     # Bucket counts are whole observations (OpenMetrics requires integers); tokens arrive fractionally per
     # window.
-    return HistogramValue([math.floor(c) for c in histogram.cumulative()], histogram.sum)
+    return HistogramValue(list(map(math.floor, itertools.accumulate(histogram.counts))), histogram.sum)
 
 
-def _by_stream(engine: ServerEngine, key: str) -> dict[tuple[str, ...], FamilyValues]:
+def _by_stream(engine: ServerEngine, key: str) -> dict[tuple[str, ...], Value]:
     return {(s,): float(math.floor(engine.published.count(f"{key}:{s}"))) for s in STREAMS}
 
 
 def _histograms_by_stream(engine: ServerEngine, key: str) -> dict[tuple[str, ...], HistogramValue]:
     return {(s,): _histogram(engine.published.histograms[f"{key}:{s}"]) for s in STREAMS}
+
+
+def signal_families(engine: ServerEngine, streamed_share: float = 0.0) -> dict[str, FamilyValues]:
+    """The families the collector's signals read (``collectors.signals``), as /metrics renders them: part of
+    every body (``metric_values``), and all history sampling needs to derive signals without one."""
+    p, g, layout = engine.published, engine.published.gauges, engine.layout
+
+    def count(key: str) -> float:
+        return float(math.floor(p.count(key)))  # token and request counters are whole numbers
+
+    return {
+        "num_running_reqs": g.running,
+        "num_queue_reqs": g.queued,
+        "gen_throughput": g.gen_throughput,
+        "token_usage": g.token_usage,
+        "full_token_usage": g.full_token_usage,
+        "mamba_usage": g.mamba_usage,
+        "mamba_used_tokens": g.mamba_used,
+        "mamba_available_tokens": g.mamba_available,
+        "mamba_evictable_tokens": g.mamba_evictable,
+        "num_used_tokens": g.kv_used,
+        "kv_used_tokens": g.kv_used,
+        "max_total_num_tokens": layout.kv_tokens,
+        "decode_sum_seq_lens": g.decode_sum_seq_lens,
+        "spec_accept_length": g.spec_accept_length,
+        "spec_accept_rate": g.spec_accept_rate,
+        "spec_verify_calls": count("spec_verify_calls"),
+        "prompt_tokens": _by_stream(engine, "prompt_tokens"),
+        "generation_tokens": _by_stream(engine, "generation_tokens"),
+        "cached_tokens": {("device",): count("cached_tokens")},
+        "time_to_first_token_seconds": _histograms_by_stream(engine, "ttft"),
+        "inter_token_latency_seconds": _streamed_histogram(engine, "itl", streamed_share),
+        "queue_time_seconds": _histogram(p.histograms["queue"]),
+        "num_retracted_requests": count("retracted_requests"),
+        "realtime_tokens": {
+            ("prefill_compute",): count("prefill_compute_tokens"),
+            ("prefill_cache",): count("prefill_cache_tokens"),
+            ("decode",): float(
+                math.floor(p.count("decode_tokens") + engine.streaming(streamed_share, "decode_tokens"))
+            ),
+        },
+    }
 
 
 def metric_values(
@@ -83,50 +125,21 @@ def metric_values(
     completed = sum(p.count(f"num_requests:{s}") for s in STREAMS)
     phases = GRAPH_MEMORY_GB if spec else {"decode": GRAPH_MEMORY_GB["decode"]}
     values: dict[str, Any] = {
-        "num_running_reqs": g.running,
-        "num_queue_reqs": g.queued,
-        "gen_throughput": g.gen_throughput,
-        "token_usage": g.token_usage,
-        "full_token_usage": g.full_token_usage,
-        "mamba_usage": g.mamba_usage,
-        "mamba_used_tokens": g.mamba_used,
-        "mamba_available_tokens": g.mamba_available,
-        "mamba_evictable_tokens": g.mamba_evictable,
-        "num_used_tokens": g.kv_used,
-        "kv_used_tokens": g.kv_used,
+        **signal_families(engine, streamed_share),
         "kv_available_tokens": g.kv_available,
         "kv_evictable_tokens": g.kv_evictable,
-        "max_total_num_tokens": layout.kv_tokens,
-        "decode_sum_seq_lens": g.decode_sum_seq_lens,
         "cache_hit_rate": g.cache_hit_rate,
-        "spec_accept_length": g.spec_accept_length,
-        "spec_accept_rate": g.spec_accept_rate,
         "spec_num_steps": float(args.get("speculative_num_steps") or 0),
         "spec_num_draft_tokens": float(args.get("speculative_num_draft_tokens") or 0),
         "spec_cap_length": g.spec_cap_length,
         "spec_block_accept_length": g.spec_block_accept_length,
-        "spec_verify_calls": count("spec_verify_calls"),
-        "prompt_tokens": _by_stream(engine, "prompt_tokens"),
-        "generation_tokens": _by_stream(engine, "generation_tokens"),
-        "cached_tokens": {("device",): count("cached_tokens")},
         "num_requests": _by_stream(engine, "num_requests"),
         "num_aborted_requests": float(math.floor(completed * ABORTED_SHARE)),
-        "time_to_first_token_seconds": _histograms_by_stream(engine, "ttft"),
-        "inter_token_latency_seconds": _streamed_histogram(engine, "itl", streamed_share),
         "request_time_per_output_token_seconds": _histograms_by_stream(engine, "tpot"),
         "e2e_request_latency_seconds": _histograms_by_stream(engine, "e2e"),
-        "queue_time_seconds": _histogram(p.histograms["queue"]),
         "num_retracted_reqs": float(g.retracted),
-        "num_retracted_requests": count("retracted_requests"),
         "num_retracted_input_tokens": count("retracted_input_tokens"),
         "num_retracted_output_tokens": count("retracted_output_tokens"),
-        "realtime_tokens": {
-            ("prefill_compute",): count("prefill_compute_tokens"),
-            ("prefill_cache",): count("prefill_cache_tokens"),
-            ("decode",): float(
-                math.floor(p.count("decode_tokens") + engine.streaming(streamed_share, "decode_tokens"))
-            ),
-        },
         "prefill_effective_tokens": {
             ("input",): count("prefill_compute_tokens"),
             ("device_hit",): count("prefill_cache_tokens"),

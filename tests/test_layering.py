@@ -1,6 +1,7 @@
-"""Imports go one way: app → views → alerts → analysis → collectors → config; sim uses config, the model and
-the store. Inside collectors/, the direct source, the Prometheus source and the probes stand side by side
-above the store and the shared modules, and only the wiring (runner, source, probe CLI) joins them.
+"""Imports go one way: app → views → alerts → analysis → collectors → config; sim uses config, the model,
+the store and the signal derivation. Inside collectors/, the direct source, the Prometheus source and the
+probes stand side by side above the store and the shared modules, and only the wiring (runner, source, probe
+CLI) joins them.
 
 An ``ast`` walk over every module (imports inside functions included), so a layering slip fails CI at once.
 """
@@ -25,8 +26,16 @@ ALLOWED: dict[str, set[str]] = {
     "alerts": {"analysis", "collectors", "config"},
     "views": {"alerts", "analysis", "collectors", "config"},
     # sim describes servers with the collector's data model, and `python -m sim history` writes a history
-    # store the way the collector does (its store and its errors; never the scraping side).
-    "sim": {"config", "collectors.model", "collectors.store", "collectors.errors"},
+    # store the way the collector does (its store and its errors; never the scraping side), deriving its
+    # signals by the collector's catalogue and its compiled derivation (one formula, live and history).
+    "sim": {
+        "config",
+        "collectors.model",
+        "collectors.store",
+        "collectors.errors",
+        "collectors.signals",
+        "collectors.derive",
+    },
     "app": {"views", "alerts", "analysis", "collectors", "config", "sim"},
     # Benchmarks measure whole pages, so they may drive the entry point like the tests do.
     "bench": {"app", "views", "alerts", "analysis", "collectors", "config", "sim"},

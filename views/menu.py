@@ -30,10 +30,3 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec(links.RECIPES, "Recipes", ":material/tune:", recipes.render),
     PageSpec(links.ALERTS, "Alerts", ":material/notifications:", alerts.render),
 )
-
-
-def page_spec(url_path: str) -> PageSpec:
-    for spec in PAGES:
-        if spec.url_path == url_path:
-            return spec
-    raise ValueError(f"no page {url_path!r}; pages: {', '.join(s.url_path for s in PAGES)}")

@@ -69,11 +69,6 @@ def _inherit_for_s(rule: Rule[Any], raw: Mapping[str, Any], rules: list[Rule[Any
     return SourceDown(dataclasses.replace(rule.settings, for_s=target_down.for_s))
 
 
-def validate_rules(raw: Mapping[str, Any] | None, source: str = "config") -> None:
-    """Fail fast at start: the same checks as ``build_rules``, for callers that only validate."""
-    build_rules(raw, source)
-
-
 def capacity_thresholds(raw: Mapping[str, Any] | None = None, source: str = "config") -> CapacityThresholds:
     """The levels the Capacity verdict judges by, from the rules as configured (defaults where not set):
     a pool binds where its saturation alert fires and is near from where a firing one recovers, and radix
@@ -98,12 +93,4 @@ def settings_reference() -> dict[str, list[SettingDoc]]:
     return {name: document_settings(rule.settings_class) for name, rule in RULES.items()}
 
 
-__all__ = [
-    "RULES",
-    "Rule",
-    "RuleSettings",
-    "build_rules",
-    "capacity_thresholds",
-    "settings_reference",
-    "validate_rules",
-]
+__all__ = ["RULES", "Rule", "RuleSettings", "build_rules", "capacity_thresholds", "settings_reference"]

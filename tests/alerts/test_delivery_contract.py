@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,18 @@ def alerts_of(posts: list[Post]) -> Counter[tuple[str, str]]:
     return Counter((a["labels"]["target"], a["status"]) for p in posts for a in p.json["alerts"])
 
 
+@contextmanager
+def notifying(
+    store: AlertStateStore, urls: Sequence[str], *, stop_flush_s: float = 5.0, **options: float
+) -> Iterator[Notifier]:
+    """A started notifier to ``urls`` (FAST backoff unless ``options`` say otherwise), stopped after."""
+    notifier = Notifier(store, webhook_urls=list(urls), **(FAST | options)).start()  # type: ignore[arg-type]
+    try:
+        yield notifier
+    finally:
+        notifier.stop(flush_timeout_s=stop_flush_s)
+
+
 def settle(store: AlertStateStore, timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     while store.queued_count() and time.monotonic() < deadline:
@@ -96,13 +109,10 @@ def test_a_receiver_slower_than_the_old_timeout_gets_each_notification_once(stor
     with hostile_receiver(ok, delay_s=7.0) as receiver:
         queue(store, [receiver.url], [transition("gpu-1")])
         queue(store, [receiver.url], [transition("gpu-1", "resolved")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()  # default timeout
-        try:
+        with notifying(store, [receiver.url]):  # default timeout
             receiver.wait_accepted(2, timeout_s=30)
             settle(store)
             time.sleep(0.5)
-        finally:
-            notifier.stop()
         assert [p.json["status"] for p in receiver.posts] == ["firing", "resolved"]
     assert [d.status for d in store.deliveries()] == ["delivered", "delivered"]
 
@@ -133,11 +143,8 @@ def test_a_receiver_that_never_answers_gets_bounded_identical_retries_then_faile
 def test_a_notification_older_than_max_age_fails_instead_of_retrying_forever(store: AlertStateStore) -> None:
     with hostile_receiver(always(503)) as receiver:
         queue(store, [receiver.url], [transition("gpu-1")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], max_age_s=0.5, **FAST).start()
-        try:
+        with notifying(store, [receiver.url], max_age_s=0.5):
             settle(store)
-        finally:
-            notifier.stop()
         assert 1 <= receiver.count() <= 12
     (failed,) = store.deliveries()
     assert failed.status == "failed"
@@ -147,13 +154,10 @@ def test_a_notification_older_than_max_age_fails_instead_of_retrying_forever(sto
 def test_500_then_200_is_delivered_once_with_the_same_body(store: AlertStateStore) -> None:
     with hostile_receiver(fail_first(2, 500)) as receiver:
         queue(store, [receiver.url], [transition("gpu-1")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
-        try:
+        with notifying(store, [receiver.url]):
             receiver.wait_accepted(1)
             settle(store)
             time.sleep(1.0)  # a delivered notification is never sent again
-        finally:
-            notifier.stop()
         posts = list(receiver.posts)
     assert len(posts) == 3
     assert len({p.body for p in posts}) == 1
@@ -164,12 +168,9 @@ def test_500_then_200_is_delivered_once_with_the_same_body(store: AlertStateStor
 def test_a_redirect_is_not_followed_and_not_called_delivered(store: AlertStateStore) -> None:
     with hostile_receiver(always("redirect")) as receiver:
         queue(store, [receiver.url], [transition("gpu-1")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
-        try:
+        with notifying(store, [receiver.url]):
             settle(store)
             time.sleep(0.3)
-        finally:
-            notifier.stop()
         assert receiver.requests == ["POST /hook"]  # nothing went to /elsewhere
     (failed,) = store.deliveries()
     assert failed.status == "failed"
@@ -187,11 +188,8 @@ def test_413_splits_until_every_alert_arrives_exactly_once(store: AlertStateStor
             max_payload_bytes=1024 * 1024,
         )
         assert count == 1
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
-        try:
+        with notifying(store, [receiver.url]):
             settle(store)
-        finally:
-            notifier.stop()
         accepted = receiver.accepted()
     assert alerts_of(accepted) == Counter({(f"gpu-{i}", "firing"): 1 for i in range(600)})
     assert all(len(p.body) <= 64 * 1024 for p in accepted)
@@ -204,11 +202,8 @@ def test_413_splits_until_every_alert_arrives_exactly_once(store: AlertStateStor
 def test_a_single_alert_too_large_for_the_receiver_is_failed_in_words(store: AlertStateStore) -> None:
     with hostile_receiver(always(413)) as receiver:
         queue(store, [receiver.url], [transition("gpu-1")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
-        try:
+        with notifying(store, [receiver.url]):
             settle(store)
-        finally:
-            notifier.stop()
         assert receiver.count() == 1
     (failed,) = store.deliveries()
     assert failed.status == "failed"
@@ -223,11 +218,8 @@ def test_one_failing_group_never_holds_up_the_receivers_other_groups(store: Aler
         queue(store, [receiver.url], [transition("w-1", deployment="west")])
         queue(store, [receiver.url], [transition("e-1", deployment="east")])
         queue(store, [receiver.url], [transition("e-1", "resolved", deployment="east")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
-        try:
+        with notifying(store, [receiver.url], stop_flush_s=0):
             accepted = receiver.wait_accepted(2, timeout_s=5)
-        finally:
-            notifier.stop(flush_timeout_s=0)
     assert [(p.json["groupLabels"]["deployment"], p.json["status"]) for p in accepted] == [
         ("east", "firing"),
         ("east", "resolved"),
@@ -280,11 +272,8 @@ def test_2000_targets_down_at_once_all_reach_the_receiver(tmp_path: Path) -> Non
 def test_the_status_counts_what_the_outbox_holds(store: AlertStateStore) -> None:
     with hostile_receiver(always(400)) as receiver:
         queue(store, [receiver.url], [transition("gpu-1")])
-        notifier = Notifier(store, webhook_urls=[receiver.url], **FAST).start()
-        try:
+        with notifying(store, [receiver.url]) as notifier:
             settle(store)
-        finally:
-            notifier.stop()
     (status,) = notifier.status()
     assert (status.queued, status.failed, status.delivered) == (0, 1, 0)
     assert json.loads(store.deliveries()[0].payload)["alerts"][0]["labels"]["target"] == "gpu-1"

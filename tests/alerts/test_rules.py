@@ -350,32 +350,24 @@ def test_regression_has_nothing_to_say_without_a_recipe_change() -> None:
 
 
 def test_radix_cache_waste_needs_the_cache_on_a_low_hit_rate_and_state_pressure() -> None:
-    radix_on = recipe(disable_radix_cache=False)
-    h = history(
-        snap(
-            "gpu-1",
-            T0 + 5 * i,
-            recipe_id=radix_on.recipe_id,
-            cache_hit_rate=0.03,
-            state_pool_usage=0.92,
-            running=40,
+    def waste(radix: Recipe, *, known: bool = True) -> Evaluation:
+        """A minute of low hit rate under state pressure on ``radix`` (``known``: the rule sees it)."""
+        h = history(
+            snap(
+                "gpu-1",
+                T0 + 5 * i,
+                recipe_id=radix.recipe_id,
+                cache_hit_rate=0.03,
+                state_pool_usage=0.92,
+                running=40,
+            )
+            for i in range(60)
         )
-        for i in range(60)
-    )
-    result = verdict("RadixCacheWaste", h, {radix_on.recipe_id: radix_on})
+        return verdict("RadixCacheWaste", h, {radix.recipe_id: radix} if known else {})
+
+    radix_on = recipe(disable_radix_cache=False)
+    result = waste(radix_on)
     assert result.condition is Condition.BREACH
     assert "--disable-radix-cache" in result.description
-    radix_off = recipe(disable_radix_cache=True)
-    h_off = history(
-        snap(
-            "gpu-1",
-            T0 + 5 * i,
-            recipe_id=radix_off.recipe_id,
-            cache_hit_rate=0.03,
-            state_pool_usage=0.92,
-            running=40,
-        )
-        for i in range(60)
-    )
-    assert verdict("RadixCacheWaste", h_off, {radix_off.recipe_id: radix_off}).condition is Condition.CLEAR
-    assert verdict("RadixCacheWaste", h, {}).condition is Condition.NO_DATA  # recipe unknown
+    assert waste(recipe(disable_radix_cache=True)).condition is Condition.CLEAR
+    assert waste(radix_on, known=False).condition is Condition.NO_DATA  # recipe unknown

@@ -5,11 +5,10 @@ CLI.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,8 +23,8 @@ from config import ConfigError, parse_config
 from tests.alerts.conftest import Receiver
 from tests.collectors.bodies import Load
 from tests.collectors.servers import FakeSGLang
+from tests.loopback import reaped, run_module, start_module
 
-ROOT = Path(__file__).parents[2]
 FAST_RULES = {
     "StatePoolSaturation": {"for_s": 0, "keep_firing_for_s": 0, "window_s": 0.1},
     "TargetDown": {"for_s": 0},
@@ -144,15 +143,7 @@ def test_invalid_rule_settings_fail_before_anything_starts(tmp_path: Path) -> No
     assert not (tmp_path / "h.sqlite").exists()
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "alerts", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+cli = functools.partial(run_module, "alerts")  # python -m alerts ARGS, to its end
 
 
 def test_cli_export_rules_and_check(tmp_path: Path) -> None:
@@ -174,23 +165,20 @@ def test_cli_daemon_runs_until_sigterm(
 ) -> None:
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(config_dict(tmp_path, fleet, receiver)), encoding="utf-8")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "alerts", "run", "--config", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
+    with reaped(
+        start_module(
+            "alerts",
+            "run",
+            "--config",
+            str(path),
+            output="merged",
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    ) as process:
         (body,) = receiver.wait_for(1, timeout_s=30)
         assert body["alerts"][0]["labels"]["target"] == "k3-1"
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()  # reaps it and closes the pipe (no ResourceWarning in a later test)
     assert process.returncode == 0, output
     assert "watching 2 targets" in output
 
@@ -207,12 +195,12 @@ def test_sigterm_given_to_another_thread_still_stops_the_daemon(
     # main thread wakes. tgkill delivers it to a non-main thread on purpose: an untimed wait never stopped.
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(config_dict(tmp_path, fleet, receiver)), encoding="utf-8")
-    with subprocess.Popen(
-        [sys.executable, "-m", "alerts", "run", "--config", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    with start_module(
+        "alerts",
+        "run",
+        "--config",
+        str(path),
+        output="merged",
     ) as process:
         try:
             receiver.wait_for(1, timeout_s=30)  # running: scrape loop, collector and notifier threads exist

@@ -42,6 +42,8 @@ def _time_to_bind_per_group(
     history: pd.DataFrame, binds_at: Mapping[Pool, float], now_ts: float
 ) -> list[Saturation]:
     """The pandas version time_to_bind replaced (the reference its numbers must equal)."""
+    # `duplicates` pairs the arithmetic below with views/scaling.py: deliberately, a test oracle restates the
+    # replaced code instead of calling the code under test.
     if history.empty:
         return []
     recent = history[(history["ts"] >= now_ts - TREND_WINDOW_S) & history["up"].astype(bool)]

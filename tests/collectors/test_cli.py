@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.collectors.servers import FakeSGLang, refused_url, wait_for
+from tests.loopback import reaped, run_module, start_module
 
-ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_KEYS = {
     "target", "up", "error", "accept_length", "tpot_s", "step_latency_s", "output_tok_s", "per_request_tok_s",
     "running", "queued", "max_running", "state_pool_usage", "kv_usage", "avg_context_tokens",
@@ -21,15 +20,7 @@ REQUIRED_KEYS = {
 }  # fmt: skip
 
 
-def collectors_cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "collectors", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+collectors_cli = functools.partial(run_module, "collectors")  # python -m collectors ARGS, to its end
 
 
 def write_config(path: Path, body: str) -> Path:
@@ -89,36 +80,37 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "nope.yaml" in missing.stderr
 
 
-def test_runs_until_sigterm_then_flushes_and_exits_0(
-    sglang: Callable[..., FakeSGLang], tmp_path: Path
-) -> None:
-    server = sglang()
-    history = tmp_path / "history.sqlite"
-    config = write_config(
+def daemon_config(tmp_path: Path, server: FakeSGLang, history: Path, *, listen: str) -> Path:
+    """A config scraping ``server`` every 0.2 s into ``history``; ``listen``: the exporter's (YAML)."""
+    return write_config(
         tmp_path / "fleet.yaml",
         f"""
 scrape: {{interval_s: 0.2, timeout_s: 0.2}}
 targets: [{{name: k3, url: "{server.url}"}}]
 store: {{path: {history}}}
-exporter: {{listen: "127.0.0.1:0"}}
+exporter: {{listen: {listen}}}
 """,
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+
+
+def test_runs_until_sigterm_then_flushes_and_exits_0(
+    sglang: Callable[..., FakeSGLang], tmp_path: Path
+) -> None:
+    server = sglang()
+    history = tmp_path / "history.sqlite"
+    config = daemon_config(tmp_path, server, history, listen='"127.0.0.1:0"')
+    with reaped(
+        start_module(
+            "collectors",
+            "--config",
+            str(config),
+            output="both",
+        )
+    ) as process:
         assert wait_for(lambda: server.hits("/metrics") >= 3, timeout_s=20)
         process.send_signal(signal.SIGTERM)
         started = time.monotonic()
         _, stderr = process.communicate(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 0, stderr
     assert time.monotonic() - started < 5
     assert "Traceback" not in stderr
@@ -132,29 +124,18 @@ exporter: {{listen: "127.0.0.1:0"}}
 def test_sigkill_loses_at_most_the_cycle_in_flight(sglang: Callable[..., FakeSGLang], tmp_path: Path) -> None:
     server = sglang()
     history = tmp_path / "history.sqlite"
-    config = write_config(
-        tmp_path / "fleet.yaml",
-        f"""
-scrape: {{interval_s: 0.2, timeout_s: 0.2}}
-targets: [{{name: k3, url: "{server.url}"}}]
-store: {{path: {history}}}
-exporter: {{listen: null}}
-""",
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    config = daemon_config(tmp_path, server, history, listen="null")
+    with reaped(
+        start_module(
+            "collectors",
+            "--config",
+            str(config),
+            output="none",
+        )
+    ) as process:
         assert wait_for(lambda: server.hits("/metrics") >= 4, timeout_s=20)
         process.kill()
         process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     scraped = server.hits("/metrics")
     with sqlite3.connect(history) as db:
         kept = db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]

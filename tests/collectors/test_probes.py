@@ -30,35 +30,25 @@ from sim.fleet import SimFleet
 SPEED = 8.0
 CONTEXTS = [1024, 8192, 32768]
 MAX_NEW = 128
+
+
+def _server(name: str, recipe: str, *, workload: str = "chat", concurrency: int = 8) -> dict[str, Any]:
+    """One scenario server of deployment ``p``."""
+    load = {"concurrency": concurrency}
+    return {"name": name, "deployment": "p", "recipe": recipe, "workload": workload, "load": load}
+
+
 SCENARIO = {
     "description": "probe targets: two recipes, one saturated server, one server for faults",
     "warmup_s": 300,
     "recipes": {"narrow": {"speculative_dspark_block_size": 3}, "wide": {"speculative_dspark_block_size": 7}},
     "workloads": {"chat": {"isl": 1024, "osl": 512}, "rag": {"isl": 8192, "osl": 1024}},
     "servers": [
-        {
-            "name": "narrow",
-            "deployment": "p",
-            "recipe": "narrow",
-            "workload": "chat",
-            "load": {"concurrency": 8},
-        },
-        {"name": "wide", "deployment": "p", "recipe": "wide", "workload": "chat", "load": {"concurrency": 8}},
-        {
-            "name": "optout",
-            "deployment": "p",
-            "recipe": "narrow",
-            "workload": "chat",
-            "load": {"concurrency": 8},
-        },
-        {"name": "full", "deployment": "p", "recipe": "wide", "workload": "rag", "load": {"concurrency": 80}},
-        {
-            "name": "faulty",
-            "deployment": "p",
-            "recipe": "narrow",
-            "workload": "chat",
-            "load": {"concurrency": 4},
-        },
+        _server("narrow", "narrow"),
+        _server("wide", "wide"),
+        _server("optout", "narrow"),
+        _server("full", "wide", workload="rag", concurrency=80),
+        _server("faulty", "narrow", concurrency=4),
     ],
 }
 

@@ -16,6 +16,8 @@ from typing import Literal
 from collectors.errors import BadExposition
 from collectors.signals import all_families
 
+# `duplicates` pairs this file with collectors/direct/metrics_reader.py: deliberately, a test oracle is a
+# frozen copy, so the fast reader is checked against the old one and never against itself.
 Kind = Literal["gauge", "cumulative"]
 Dialect = Literal["text", "openmetrics"]
 

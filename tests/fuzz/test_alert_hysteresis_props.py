@@ -38,8 +38,8 @@ windows = st.sampled_from([0.1, 5.0, 30.0])
 
 def run(
     steps: list[tuple[float, float, float]], for_s: float, keep_s: float, window_s: float
-) -> list[tuple[float, Condition, float, InstanceState]]:
-    """Evaluate the rule after every reading: (now, verdict, windowed pool usage, state after)."""
+) -> list[tuple[float, Condition, float, InstanceState, InstanceState]]:
+    """Evaluate the rule after every reading: (now, verdict, windowed pool usage, state before, after)."""
     rule = StatePoolSaturation(
         StatePoolSettings(
             for_s=for_s,
@@ -64,8 +64,8 @@ def run(
             )
         )
         (verdict,) = rule.evaluate(history, now, {})
-        state = next_state(state, verdict.condition, now, rule)
-        trace.append((now, verdict.condition, float(verdict.value or 0.0), state))
+        previous, state = state, next_state(state, verdict.condition, now, rule)
+        trace.append((now, verdict.condition, float(verdict.value or 0.0), previous, state))
     return trace
 
 
@@ -76,8 +76,7 @@ def test_never_firing_before_the_condition_held_for_for_s(
 ) -> None:
     for_s, keep_s = timing
     run_start: float | None = None  # first breach of the current unbroken breach/hold run
-    previous = INACTIVE
-    for now, condition, _, state in run(steps, for_s, keep_s, window_s):
+    for now, condition, _, previous, state in run(steps, for_s, keep_s, window_s):
         if condition is Condition.BREACH and run_start is None and previous.state is AlertState.INACTIVE:
             run_start = now
         if condition is Condition.CLEAR and state.state is AlertState.INACTIVE:
@@ -87,7 +86,6 @@ def test_never_firing_before_the_condition_held_for_for_s(
             assert now - run_start >= for_s, f"fired {now - run_start:.1f} s after the first breach < {for_s}"
         if state.state is AlertState.INACTIVE:
             run_start = None
-        previous = state
 
 
 @FUZZ
@@ -96,8 +94,7 @@ def test_inside_the_recovery_band_nothing_starts_or_resolves(
     steps: list[tuple[float, float, float]], timing: tuple[float, float], window_s: float
 ) -> None:
     for_s, keep_s = timing
-    previous = INACTIVE
-    for _, condition, pool, state in run(steps, for_s, keep_s, window_s):
+    for _, condition, pool, previous, state in run(steps, for_s, keep_s, window_s):
         if RECOVER_BELOW <= pool < FIRE_AT:
             assert condition is Condition.HOLD
             # a hold never starts an alert, never resolves or drops one, and never re-fires a firing one
@@ -108,7 +105,6 @@ def test_inside_the_recovery_band_nothing_starts_or_resolves(
                 assert state.fired_at == previous.fired_at  # the same firing, not a new notification
             if previous.state is AlertState.PENDING:
                 assert state.state in (AlertState.PENDING, AlertState.FIRING)
-        previous = state
 
 
 @FUZZ
@@ -117,16 +113,14 @@ def test_a_firing_alert_resolves_only_after_keep_firing_for_s(
     steps: list[tuple[float, float, float]], timing: tuple[float, float], window_s: float
 ) -> None:
     for_s, keep_s = timing
-    previous = INACTIVE
     last_active: float | None = None
-    for now, condition, pool, state in run(steps, for_s, keep_s, window_s):
+    for now, condition, pool, previous, state in run(steps, for_s, keep_s, window_s):
         if condition in (Condition.BREACH, Condition.HOLD):
             last_active = now
         if previous.state is AlertState.FIRING and state.state is AlertState.INACTIVE:
             assert pool < RECOVER_BELOW  # resolved only below the recovery threshold
             assert last_active is not None
             assert now - last_active >= keep_s
-        previous = state
 
 
 @FUZZ

@@ -18,6 +18,8 @@ from typing import Any
 import requests
 import yaml
 
+from collectors.model import TargetSnapshot
+from collectors.source import Source
 from config import Config, Target, parse_config
 from tests.loopback import free_port
 
@@ -256,3 +258,18 @@ def source_config(
             },
         }
     )
+
+
+def side_by_side(
+    direct: Source, prometheus: Source, window_s: float
+) -> tuple[dict[str, TargetSnapshot], dict[str, TargetSnapshot]]:
+    """Both sources' snapshots by target at one moment, the direct source's rates over the ``window_s`` just
+    waited; both sources are closed after."""
+    try:
+        direct.collect(time.time())
+        time.sleep(window_s)
+        now = time.time()
+        return {s.target: s for s in direct.collect(now)}, {s.target: s for s in prometheus.collect(now)}
+    finally:
+        direct.close()
+        prometheus.close()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from collectors.model import Recipe, TargetSnapshot
 from collectors.prometheus.promql_source import PrometheusSource
 from tests.prometheus.engines import Engine, StaticServer, source_config, wait_scraped
 from tests.prometheus.golden import SERVER_INFO
@@ -18,19 +19,20 @@ from tests.prometheus.golden import SERVER_INFO
 pytestmark = pytest.mark.engines
 
 
-def _source(engine: Engine, labelled: StaticServer) -> PrometheusSource:
-    return PrometheusSource(source_config(engine.url, [("golden", labelled.url)]))
+def _collect(engine: Engine, labelled: StaticServer) -> tuple[dict[str, TargetSnapshot], dict[str, Recipe]]:
+    """One collection of a source naming ``labelled`` "golden": snapshots by target, and its recipes."""
+    source = PrometheusSource(source_config(engine.url, [("golden", labelled.url)]))
+    try:
+        return {s.target: s for s in source.collect(time.time())}, source.recipes
+    finally:
+        source.close()
 
 
 def test_gauges_and_fallbacks_read_like_the_golden_file(
     golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer]
 ) -> None:
     labelled, flaky = golden_servers
-    source = _source(golden_engine, labelled)
-    try:
-        snapshots = {s.target: s for s in source.collect(time.time())}
-    finally:
-        source.close()
+    snapshots, _ = _collect(golden_engine, labelled)
     # The configured target keeps its name; an unconfigured instance is named by its host:port.
     assert set(snapshots) == {"golden", flaky.netloc}
     golden = snapshots["golden"]
@@ -64,12 +66,7 @@ def test_recipes_come_from_server_info_else_from_extra_metric_labels(
     golden_engine: Engine, golden_servers: tuple[StaticServer, StaticServer]
 ) -> None:
     labelled, flaky = golden_servers
-    source = _source(golden_engine, labelled)
-    try:
-        snapshots = {s.target: s for s in source.collect(time.time())}
-        recipes = source.recipes
-    finally:
-        source.close()
+    snapshots, recipes = _collect(golden_engine, labelled)
     # /server_info answers 404 on "golden": its flags come from --extra-metric-labels.
     golden = snapshots["golden"]
     assert golden.recipe_id is not None
@@ -99,11 +96,7 @@ def test_without_labels_or_server_info_the_recipe_is_unknown_not_default(
     labelled, flaky = golden_servers
     flaky.routes["/server_info"] = (404, b"", "text/plain")
     try:
-        source = _source(golden_engine, labelled)
-        try:
-            plain = next(s for s in source.collect(time.time()) if s.target == flaky.netloc)
-        finally:
-            source.close()
+        plain = _collect(golden_engine, labelled)[0][flaky.netloc]
     finally:
         flaky.routes["/server_info"] = (200, json.dumps(SERVER_INFO).encode(), "application/json")
     assert plain.recipe_id is None
@@ -121,11 +114,7 @@ def test_a_target_prometheus_cannot_scrape_is_down_with_the_reason(
     flaky.status = 503
     try:
         wait_scraped(golden_engine, flaky.netloc, up=False)
-        source = _source(golden_engine, labelled)
-        try:
-            snapshots = {s.target: s for s in source.collect(time.time())}
-        finally:
-            source.close()
+        snapshots, _ = _collect(golden_engine, labelled)
     finally:
         flaky.status = 200
         wait_scraped(golden_engine, flaky.netloc)  # the next test sees both servers up again

@@ -24,7 +24,7 @@ from config import Target, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load, render
 from tests.collectors.servers import FakeSGLang, Handler, send
 from tests.prometheus.conftest import netloc, start_engine
-from tests.prometheus.engines import Engine, source_config
+from tests.prometheus.engines import Engine, side_by_side, source_config
 
 pytestmark = pytest.mark.engines
 
@@ -131,20 +131,10 @@ def _both(engine: Engine, servers: dict[str, LinearSGLang]) -> tuple[dict[str, T
     settings = parse_config(
         {"scrape": {"interval_s": 1, "timeout_s": 1}, "targets": [t.model_dump() for t in targets]}
     ).scrape
-    direct = DirectSource(settings, targets)
     prometheus = PrometheusSource(
         source_config(engine.url, targets, selector='job="parity"', rate_window_s=WINDOW_S)
     )
-    try:
-        direct.collect(time.time())
-        time.sleep(WINDOW_S)
-        now = time.time()
-        by_direct = {s.target: s for s in direct.collect(now)}
-        by_prometheus = {s.target: s for s in prometheus.collect(now)}
-    finally:
-        direct.close()
-        prometheus.close()
-    return by_direct, by_prometheus
+    return side_by_side(DirectSource(settings, targets), prometheus, WINDOW_S)
 
 
 def test_direct_and_prometheus_agree_on_every_signal(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,13 +19,13 @@ import pytest
 import yaml
 
 from sim.fleet import SimFleet
+from tests.loopback import start_module
 from tests.prometheus.conftest import skip_without
 from tests.prometheus.engines import PROMETHEUS, scrape_config, start_prometheus
 from tests.reliability.harness import Receiver
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 FOR_S = 5.0
 OUTAGE_S = 40.0
 
@@ -84,9 +83,11 @@ def test_a_prometheus_outage_pages_once_about_prometheus_and_never_about_targets
             "min(count_over_time(up[4s]))", lambda r: bool(r) and float(r[0]["value"][1]) >= 3, 30
         )
         with log_path.open("wb") as log:
-            daemon = subprocess.Popen(
-                [sys.executable, "-m", "alerts", "run", "--config", str(config)],
-                cwd=ROOT,
+            daemon = start_module(
+                "alerts",
+                "run",
+                "--config",
+                str(config),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )

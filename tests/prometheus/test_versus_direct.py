@@ -22,7 +22,7 @@ from collectors.prometheus.promql_source import PrometheusSource
 from config import Config, parse_config
 from sim.fleet import SimFleet
 from tests.history_frames import read_frame
-from tests.prometheus.engines import PROMTOOL, Engine, source_config
+from tests.prometheus.engines import PROMTOOL, Engine, side_by_side, source_config
 
 pytestmark = pytest.mark.engines
 
@@ -45,17 +45,7 @@ def _prometheus_config(engine: Engine, fleet: SimFleet) -> Config:
 def _both(engine: Engine, fleet: SimFleet) -> tuple[dict[str, TargetSnapshot], dict[str, TargetSnapshot]]:
     """Direct snapshots with rates over the last 6 s, and the Prometheus source's at the same moment."""
     direct = DirectSource(_direct_config(fleet).scrape, fleet.targets)
-    prometheus = PrometheusSource(_prometheus_config(engine, fleet))
-    try:
-        direct.collect(time.time())
-        time.sleep(WINDOW_S)
-        now = time.time()
-        by_direct = {s.target: s for s in direct.collect(now)}
-        by_prometheus = {s.target: s for s in prometheus.collect(now)}
-    finally:
-        direct.close()
-        prometheus.close()
-    return by_direct, by_prometheus
+    return side_by_side(direct, PrometheusSource(_prometheus_config(engine, fleet)), WINDOW_S)
 
 
 def test_the_prometheus_source_reads_what_the_direct_source_reads(

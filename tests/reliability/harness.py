@@ -11,13 +11,13 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.collectors.servers import Handler, LoopbackServer
+from tests.collectors.servers import FakeSGLang, Handler, LoopbackServer
 
 
 class Receiver:
@@ -119,17 +119,6 @@ class Clock:
         return time.time() + self.offset_s
 
 
-class SimClock:
-    """A unix clock that runs with a simulated fleet's time (accelerated runs): ``start + fleet seconds``."""
-
-    def __init__(self, sim_time_s: Callable[[], float], start_ts: float | None = None) -> None:
-        self._sim_time_s = sim_time_s
-        self._start_ts = time.time() if start_ts is None else start_ts
-
-    def __call__(self) -> float:
-        return self._start_ts + self._sim_time_s()
-
-
 def reset_route(handler: Handler) -> None:
     """Read the request, then reset the connection (RST, not FIN): 'connection reset by peer'."""
     handler.close_connection = True
@@ -179,3 +168,14 @@ def tmpfs(folder: Path, size: str = "2m") -> Iterator[bool]:
                 time.sleep(0.1)
             else:  # something still has a file open there: detach it now, the kernel frees it when closed
                 subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+@contextmanager
+def fake_fleet(*names: str) -> Iterator[dict[str, FakeSGLang]]:
+    """Loopback SGLang servers by name, stopped on the way out."""
+    fleet = {name: FakeSGLang() for name in names}
+    try:
+        yield fleet
+    finally:
+        for server in fleet.values():
+            server.stop()

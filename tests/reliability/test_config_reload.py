@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 from alerts.service import Service
 from config import parse_config
 from tests.collectors.servers import FakeSGLang
-from tests.reliability.harness import samples_by_target
+from tests.reliability.harness import fake_fleet, samples_by_target
 from tests.views.conftest import page_test
 
 pytestmark = pytest.mark.slow
@@ -26,10 +26,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def servers() -> Iterator[dict[str, FakeSGLang]]:
-    fleet = {f"k3-{i}": FakeSGLang() for i in range(3)}
-    yield fleet
-    for server in fleet.values():
-        server.stop()
+    with fake_fleet("k3-0", "k3-1", "k3-2") as fleet:
+        yield fleet
 
 
 def write_targets(path: Path, servers: dict[str, FakeSGLang], names: list[str]) -> None:

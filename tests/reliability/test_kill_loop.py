@@ -16,7 +16,6 @@ from __future__ import annotations
 import random
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ import pytest
 import yaml
 
 from tests.collectors.servers import FakeSGLang, wait_for
+from tests.loopback import start_module
 from tests.reliability.harness import (
     Receiver,
     expected_notifications,
@@ -41,7 +41,6 @@ from tests.reliability.harness import (
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 TARGETS = 100
 FLAPPING = 4  # targets that go down and come back during the run: the alerts fire and resolve across kills
 KILLS = 20
@@ -108,9 +107,12 @@ def write_config(tmp_path: Path, fleet: Fleet) -> Path:
 
 def start(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     with log.open("ab") as sink:  # a file, not a pipe nobody reads (a full pipe would block the daemon)
-        return subprocess.Popen(
-            [sys.executable, "-m", "alerts", "run", "--config", str(config), *extra],
-            cwd=ROOT,
+        return start_module(
+            "alerts",
+            "run",
+            "--config",
+            str(config),
+            *extra,
             stdout=subprocess.DEVNULL,
             stderr=sink,
         )

@@ -18,7 +18,7 @@ import pytest
 from alerts.service import Service
 from config import parse_config
 from tests.collectors.servers import FakeSGLang, wait_for
-from tests.reliability.harness import Receiver, expected_notifications, transitions_notified
+from tests.reliability.harness import Receiver, expected_notifications, fake_fleet, transitions_notified
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +37,8 @@ class StepClock:
 
 @pytest.fixture
 def servers() -> Iterator[dict[str, FakeSGLang]]:
-    fleet = {f"k3-{i}": FakeSGLang() for i in range(3)}
-    yield fleet
-    for server in fleet.values():
-        server.stop()
+    with fake_fleet("k3-0", "k3-1", "k3-2") as fleet:
+        yield fleet
 
 
 def down_at(name: str, cycle: int) -> bool:

@@ -33,7 +33,8 @@ from collectors.store.integrity import stamp_store_id
 from collectors.store.sqlite_store import SqliteStore
 from config import Config, load_config, parse_config
 from tests.collectors.servers import FakeSGLang, wait_for
-from tests.reliability.harness import Receiver, integrity, samples_by_target, tmpfs
+from tests.loopback import reaped, start_module
+from tests.reliability.harness import Receiver, fake_fleet, integrity, samples_by_target, tmpfs
 from tests.reliability.test_sigkill import ROOT, firing_pages
 from tests.reliability.test_store_faults import StepClock, cycles
 
@@ -48,11 +49,9 @@ PAGE_BYTES = 4096  # SQLite's default page size, the one specwatch's stores use
 
 @pytest.fixture
 def servers() -> Iterator[dict[str, FakeSGLang]]:
-    fleet = {"k3-a": FakeSGLang(), "k3-b": FakeSGLang()}
-    fleet["k3-b"].metrics_status = 503  # down from the start: TargetDown (for_s 0) fires at once
-    yield fleet
-    for server in fleet.values():
-        server.stop()
+    with fake_fleet("k3-a", "k3-b") as fleet:
+        fleet["k3-b"].metrics_status = 503  # down from the start: TargetDown (for_s 0) fires at once
+        yield fleet
 
 
 @pytest.fixture
@@ -73,6 +72,29 @@ def make_config(store: Path, servers: dict[str, FakeSGLang], receiver: Receiver)
     )
 
 
+@contextmanager
+def started(
+    config: Config, clock: StepClock, *, stop_flush_s: float = 5.0, **options: float
+) -> Iterator[Service]:
+    """A service as the daemon runs it (its notifier started), stopped on the way out."""
+    service = Service(config, clock=clock, **options)
+    service.notifier.start()
+    try:
+        yield service
+    finally:
+        service.stop(flush_timeout_s=stop_flush_s)
+
+
+def paged(
+    tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver, *, delivered: bool = True
+) -> tuple[Path, Config, StepClock]:
+    """A store in ``tmp_path`` left by ``run_until_paged``, its config and clock."""
+    store, clock = tmp_path / "history.sqlite", StepClock()
+    config = make_config(store, servers, receiver)
+    run_until_paged(store, config, clock, receiver, delivered=delivered)
+    return store, config, clock
+
+
 def run_until_paged(
     store: Path, config: Config, clock: StepClock, receiver: Receiver, *, delivered: bool = True
 ) -> None:
@@ -81,14 +103,10 @@ def run_until_paged(
     (the last pages of the file are history rows, as after a long run)."""
     if not delivered:
         receiver.down()
-    service = Service(config, clock=clock)
-    service.notifier.start()
-    try:
+    with started(config, clock, stop_flush_s=5 if delivered else 0) as service:
         cycles(service, clock, 2)
         assert service.notifier.flush(10 if delivered else 0) == delivered
         latest = service.collector.latest()
-    finally:
-        service.stop(flush_timeout_s=0 if not delivered else 5)
     assert firing_pages(receiver, "k3-b") == int(delivered)
     receiver.up()
     older = [dataclasses.replace(s, ts=s.ts - 3600 + second) for second in range(0, 3600, 5) for s in latest]
@@ -155,10 +173,7 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
     caplog: pytest.LogCaptureFixture,
     how: str,
 ) -> None:
-    store = tmp_path / "history.sqlite"
-    clock = StepClock()
-    config = make_config(store, servers, receiver)
-    run_until_paged(store, config, clock, receiver)
+    store, config, clock = paged(tmp_path, servers, receiver)
     damage(store, how)
     torn = {
         suffix: digest(Path(f"{store}{suffix}"))
@@ -167,9 +182,7 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
     }
 
     caplog.set_level(logging.WARNING)
-    service = Service(config, clock=clock)
-    service.notifier.start()
-    try:
+    with started(config, clock) as service:
         [moved] = moved_files(tmp_path)
         # Kept byte for byte under the documented name, with its WAL beside it under the matching name.
         assert {suffix: digest(Path(f"{moved}{suffix}")) for suffix in torn} == torn
@@ -185,8 +198,6 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
         assert cycles(service, clock, 3) == [1, 1, 1]  # the new store works
         assert service.collector.health().store_error is None
         assert service.notifier.flush(10)
-    finally:
-        service.stop()
     assert firing_pages(receiver, "k3-b") == 1  # still firing, carried over: not paged again
     assert integrity(store) == "ok"
     assert samples_by_target(store) == {"k3-a": 3, "k3-b": 3}
@@ -196,17 +207,12 @@ def test_a_torn_store_at_start_is_moved_aside_and_the_firing_alert_is_not_paged_
 def test_with_the_alerts_table_torn_the_firing_alert_is_rebuilt_from_the_outbox_and_not_paged_again(
     tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
 ) -> None:
-    store = tmp_path / "history.sqlite"
-    clock = StepClock()
-    config = make_config(store, servers, receiver)
-    run_until_paged(store, config, clock, receiver)
+    store, config, clock = paged(tmp_path, servers, receiver)
     page = root_page(store, "alert_instances")
     with store.open("r+b") as f:
         f.seek((page - 1) * PAGE_BYTES)
         f.write(random.Random(3).randbytes(PAGE_BYTES))
-    service = Service(config, clock=clock)
-    service.notifier.start()
-    try:
+    with started(config, clock) as service:
         notice = service.collector.health().store_notice
         assert notice is not None
         assert "1 of the alerts rebuilt from the outbox's notifications" in notice
@@ -216,8 +222,6 @@ def test_with_the_alerts_table_torn_the_firing_alert_is_rebuilt_from_the_outbox_
         servers["k3-b"].metrics_status = 200  # and it recovers: the rebuilt alert resolves, notified
         cycles(service, clock, 2)
         assert service.notifier.flush(10)
-    finally:
-        service.stop()
     assert firing_pages(receiver, "k3-b") == 1
     statuses = [a["status"] for body in receiver.bodies for a in body["alerts"]]
     assert statuses == ["firing", "resolved"]
@@ -226,21 +230,14 @@ def test_with_the_alerts_table_torn_the_firing_alert_is_rebuilt_from_the_outbox_
 def test_a_page_queued_in_a_torn_store_is_delivered_once_from_the_new_one(
     tmp_path: Path, servers: dict[str, FakeSGLang], receiver: Receiver
 ) -> None:
-    store = tmp_path / "history.sqlite"
-    clock = StepClock()
-    config = make_config(store, servers, receiver)
-    run_until_paged(store, config, clock, receiver, delivered=False)
+    store, config, clock = paged(tmp_path, servers, receiver, delivered=False)
     damage(store, "garbage over a page")
-    service = Service(config, clock=clock)
-    service.notifier.start()
-    try:
+    with started(config, clock) as service:
         notice = service.collector.health().store_notice
         assert notice is not None
         assert "1 active alert(s) and 1 queued notification(s) recovered" in notice
         cycles(service, clock, 2)  # past the retry time the failed attempt set (kept with the row)
         assert service.notifier.flush(10)
-    finally:
-        service.stop()
     assert firing_pages(receiver, "k3-b") == 1
 
 
@@ -249,23 +246,16 @@ def test_a_torn_header_page_loses_the_alert_state_so_the_firing_alert_is_paged_o
 ) -> None:
     """The documented bound: with page 1 (the schema) gone nothing of the file can be read, so the alert
     that was firing starts over: paged once more, at the first evaluation of the new store."""
-    store = tmp_path / "history.sqlite"
-    clock = StepClock()
-    config = make_config(store, servers, receiver)
-    run_until_paged(store, config, clock, receiver)
+    store, config, clock = paged(tmp_path, servers, receiver)
     with store.open("r+b") as f:
         f.write(random.Random(1).randbytes(PAGE_BYTES))
-    service = Service(config, clock=clock)
-    service.notifier.start()
-    try:
+    with started(config, clock) as service:
         notice = service.collector.health().store_notice
         assert notice is not None
         assert "0 active alert(s) and 0 queued notification(s) recovered" in notice
         assert "not readable: alert_instances: file is not a database" in notice
         assert cycles(service, clock, 2) == [1, 1]
         assert service.notifier.flush(10)
-    finally:
-        service.stop()
     assert len(moved_files(tmp_path)) == 1
     assert firing_pages(receiver, "k3-b") == 2
 
@@ -369,21 +359,18 @@ def test_the_daemon_starts_on_a_torn_store_says_so_once_and_does_not_page_again(
     run_until_paged(store, load_config(config), WallClock(), receiver)
     damage(store, "garbage over a page")
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "alerts", "run", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with reaped(
+        start_module(
+            "alerts",
+            "run",
+            "--config",
+            str(config),
+            output="stderr",
+        )
+    ) as process:
         assert wait_for(lambda: new_rows(tmp_path, store) >= 6, timeout_s=20)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, stderr
     [moved] = moved_files(tmp_path)
     [line] = [line for line in stderr.splitlines() if "HISTORY STORE CORRUPT" in line]
@@ -521,14 +508,9 @@ def test_a_store_too_large_to_check_in_time_is_moved_aside_by_the_first_write_th
 ) -> None:
     """No time for quick_check (a 0 s budget stands for a store of many GB): the start uses the store
     unchecked; the first write into the torn page says "malformed", and that is taken as the word."""
-    store = tmp_path / "history.sqlite"
-    clock = StepClock()
-    config = make_config(store, servers, receiver)
-    run_until_paged(store, config, clock, receiver)
+    store, config, clock = paged(tmp_path, servers, receiver)
     damage(store, "garbage over a page")
-    service = Service(config, clock=clock, store_check_timeout_s=0.0)
-    service.notifier.start()
-    try:
+    with started(config, clock, store_check_timeout_s=0.0) as service:
         assert moved_files(tmp_path) == []  # not checked in time: used as it is
         assert cycles(service, clock, 2) == [1, 1]
         [moved] = moved_files(tmp_path)
@@ -538,8 +520,6 @@ def test_a_store_too_large_to_check_in_time_is_moved_aside_by_the_first_write_th
         assert health.store_error is None
         assert health.pending_rows == 0
         assert service.notifier.flush(10)
-    finally:
-        service.stop()
     assert samples_by_target(store) == {"k3-a": 2, "k3-b": 2}
     assert firing_pages(receiver, "k3-b") == 1  # restored from the torn file at start, as it was readable
     assert moved.exists()

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.collectors.servers import FakeSGLang, LoopbackServer, hang, refused_url, wait_for
+from tests.loopback import start_module
 from tests.security.hostile import Canary, canary, reflecting_servers
 from tests.security.pages import page_text
 from tests.views.conftest import page_test
@@ -145,13 +146,15 @@ def test_collector_logs_and_json_never_show_the_token(setup: Setup) -> None:
 
 
 def test_daemon_logs_webhooks_and_the_collectors_own_metrics_never_show_the_token(setup: Setup) -> None:
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "alerts", "--log-level", "DEBUG", "run", "--config", str(setup.config)],
-        cwd=ROOT,
+    daemon = start_module(
+        "alerts",
+        "--log-level",
+        "DEBUG",
+        "run",
+        "--config",
+        str(setup.config),
         env=setup.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        output="merged",
     )
     try:
         # TargetDown (for_s 0) fires for every failing target and is delivered to the webhook
@@ -165,13 +168,14 @@ def test_daemon_logs_webhooks_and_the_collectors_own_metrics_never_show_the_toke
     assert_clean("the webhook payloads", webhooks, setup)
     assert_clean("the alert daemon's DEBUG log", daemon_log, setup)
 
-    collector = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--log-level", "DEBUG", "--config", str(setup.config)],
-        cwd=ROOT,
+    collector = start_module(
+        "collectors",
+        "--log-level",
+        "DEBUG",
+        "--config",
+        str(setup.config),
         env=setup.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        output="stderr",
     )
     try:
         assert collector.stderr is not None

@@ -30,7 +30,7 @@ import yaml
 from alerts.model import OutboxItem
 from alerts.state_store import AlertStateStore
 from tests.collectors.servers import Handler, send, wait_for
-from tests.loopback import free_port
+from tests.loopback import free_port, start_module
 from tests.security.hostile import PostableServer, auth_of
 from tests.security.pages import page_text
 from tests.views.conftest import page_test
@@ -129,13 +129,15 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Case]:
     )
     alerts.close()
     env = {**os.environ, TOKEN_ENV: token}
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "alerts", "--log-level", "DEBUG", "run", "--config", str(config)],
-        cwd=ROOT,
+    daemon = start_module(
+        "alerts",
+        "--log-level",
+        "DEBUG",
+        "run",
+        "--config",
+        str(config),
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        output="merged",
     )
     metrics = ""
     try:

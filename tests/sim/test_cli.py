@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,20 +12,17 @@ import pytest
 import requests
 
 from config import load_config
+from tests.loopback import run_module, start_module
 from tests.sim.helpers import free_port_range
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
 def serving(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Start ``python -m sim`` and yield once it says it is serving; the pipes are closed afterwards."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "sim", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    with start_module(
+        "sim",
+        *args,
+        output="both",
     ) as process:
         assert process.stdout is not None
         assert process.stderr is not None
@@ -96,17 +92,13 @@ def test_fleet_file_with_pinned_ports(tmp_path: Path) -> None:
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(args: list[str], words: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "sim", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    done = run_module("sim", *args)
     assert done.returncode == 2
     assert words in done.stderr
 
 
 def test_lists_the_scenarios() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "sim", "--list"], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    done = run_module("sim", "--list")
     assert done.returncode == 0
     names = [line.split()[0] for line in done.stdout.splitlines()]
     assert {"demo", "faults", "restart", "state_saturation"} <= set(names)

@@ -18,15 +18,13 @@ from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.store.sqlite_store import SqliteStore
 from sim.fill import Segment, demo_history, fill_store, write_history
 from tests.history_frames import read_frame
+from tests.loopback import run_module
 
-ROOT = Path(__file__).resolve().parents[2]
 END = 1_760_000_000.0
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sim", "history", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return run_module("sim", "history", *args, timeout_s=120)
 
 
 def _config(tmp_path: Path, **sections: object) -> Path:

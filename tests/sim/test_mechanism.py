@@ -8,6 +8,7 @@ import statistics
 
 import pytest
 
+from sim import calibration as cal
 from sim import mechanism as mech
 from sim.recipes import resolve_server_args
 from sim.workload import Load, Workload
@@ -36,7 +37,8 @@ def test_accept_length_only_jitters_with_batch() -> None:
     """Concurrency 1–48 at flat context: no trend, a spread of the seed's size (2.473–2.732), and far from
     what a context change does."""
     by_batch = {c: sweep(1024, concurrency=c, hours=1).accept_length for c in (1, 4, 16, 32, 48)}
-    assert all(2.40 <= value <= 2.80 for value in by_batch.values()), by_batch
+    low, high = cal.BATCH_SWEEP_ACCEPT_RANGE
+    assert all(0.97 * low <= value <= 1.025 * high for value in by_batch.values()), by_batch
     assert (max(by_batch.values()) - min(by_batch.values())) / min(by_batch.values()) <= 0.105
     assert abs(by_batch[48] - by_batch[1]) < 0.1 * by_batch[1]
     assert (
@@ -80,7 +82,21 @@ def test_ttft_does_not_depend_on_output_length() -> None:
         measure(SHIPPED, Workload(isl=1024, osl=osl), Load(concurrency=1)).ttft_s for osl in (256, 1024, 4096)
     ]
     assert max(ttfts) / min(ttfts) < 1.02
-    assert all(0.176 <= t <= 0.180 for t in ttfts)  # the seed's median TTFT band at ISL 1024
+    assert ttfts == pytest.approx([cal.TTFT_S_AT_1K] * 3, abs=0.002)  # the seed's band: 176–180 ms
+
+
+def test_the_prefill_fit_reproduces_the_seed() -> None:
+    """TTFT at 1K, the prefill rate's peak (ISL 8K–16K) and its rate at 64K, as the seed measured them."""
+
+    def rate_tok_s(isl: int) -> float:
+        chunks = mech.prefill_chunks(isl, 16384)
+        return isl / (chunks * mech.PREFILL_CHUNK_OVERHEAD_S + mech.prefill_s(isl))
+
+    assert 1024 / rate_tok_s(1024) == pytest.approx(cal.TTFT_S_AT_1K, rel=0.005)
+    peak_tok_s, peak_isl = max((rate_tok_s(isl), isl) for isl in range(1024, 65537, 256))
+    assert peak_tok_s == pytest.approx(cal.PREFILL_PEAK_TOK_S, rel=0.005)
+    assert 8192 <= peak_isl <= 16384
+    assert rate_tok_s(65536) == pytest.approx(cal.PREFILL_TOK_S_AT_64K, rel=0.005)
 
 
 @pytest.fixture(scope="module")
@@ -179,13 +195,19 @@ def test_radix_cache_costs_capacity_and_throughput_on_random_prefixes() -> None:
 
 def test_radix_cache_pays_off_on_shared_prefixes() -> None:
     """32 groups × 8 prompts behind a 4K system prompt: ~68% of prompt tokens hit, ~1.5× total tok/s."""
-    shared = Workload(isl=5255, osl=160, shared_prefix_tokens=4096, prompts_per_group=8)
+    shared = Workload(
+        isl=5255,
+        osl=160,
+        shared_prefix_tokens=cal.SHARED_PREFIX_TOKENS,
+        prompts_per_group=cal.SHARED_PREFIX_PROMPTS,
+    )
     off = measure(PLAIN, shared, Load(concurrency=64), duration_s=1800)
     on = measure({**PLAIN, "disable_radix_cache": False}, shared, Load(concurrency=64), duration_s=1800)
-    assert on.hit_rate == pytest.approx(0.682, abs=0.01)
+    assert on.hit_rate == pytest.approx(cal.RADIX_SHARED_HIT_RATE, abs=0.01)
     assert off.hit_rate == 0
-    assert on.total_tok_s / off.total_tok_s == pytest.approx(12560.81 / 8275.57, rel=0.05)
-    assert on.mean("cache_hit_rate") == pytest.approx(0.682, abs=0.05)
+    off_tok_s, on_tok_s = cal.RADIX_SHARED_THROUGHPUT
+    assert on.total_tok_s / off.total_tok_s == pytest.approx(on_tok_s / off_tok_s, rel=0.05)
+    assert on.mean("cache_hit_rate") == pytest.approx(cal.RADIX_SHARED_HIT_RATE, abs=0.05)
 
 
 def test_counters_are_consistent_with_the_gauges() -> None:
