@@ -8,6 +8,7 @@
     specwatch export grafana [--config FILE] [--check [DASHBOARD.json]]
     specwatch sim [...]                              = python -m sim
     specwatch slo --config FILE [--json]             SLO budgets, burn rates, attribution, goodput
+    specwatch capacity --config FILE [--json]        servers needed per deployment, now and at the peak
 
 It only dispatches: the streamlit app runs in its own process, and the other layers' ``main`` functions
 parse their own arguments, so ``specwatch collect --help`` is the collector's help.
@@ -26,7 +27,7 @@ from pathlib import Path
 from collectors.prometheus.grafana import DEFAULT_RECIPE_LABEL
 from config import Config, ConfigError, load_config
 
-PASS_THROUGH = ("collect", "alerts", "sim", "slo")
+PASS_THROUGH = ("collect", "alerts", "sim", "slo", "capacity")
 
 
 def _config(path: str | None) -> Config:
@@ -128,6 +129,10 @@ def _forward(name: str, argv: Sequence[str]) -> int:
         from alerts.slo_cli import main as slo_main
 
         return slo_main(argv)
+    if name == "capacity":
+        from alerts.capacity_cli import main as capacity_main
+
+        return capacity_main(argv)
     from sim.__main__ import main as sim_main
 
     return sim_main(list(argv))
@@ -151,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
         ("alerts", "scrape and evaluate alerts until SIGTERM (= python -m alerts run)"),
         ("sim", "serve a simulated fleet (= python -m sim)"),
         ("slo", "where every SLO stands: budget, burn rates, attribution, goodput (--config F [--json])"),
+        (
+            "capacity",
+            "servers needed per deployment, now and at the next 24 h's peak (--config F [--json]; advice)",
+        ),
     ):
         commands.add_parser(name, help=text, add_help=False)
     export = commands.add_parser("export", help="rule files and the Grafana dashboard, on stdout")

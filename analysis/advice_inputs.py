@@ -59,8 +59,9 @@ REQUEST_SLIS = ("availability", "e2e", "ttft")
 
 
 def advice_now(now_ts: float) -> float:
-    """The minute the advice is for (its start): every read of that minute sees the same windows."""
-    return math.floor(now_ts / ADVICE_STEP_S) * ADVICE_STEP_S
+    """The end of the minute the advice is for: every read within that minute sees the same windows, and
+    (rounded up, as the pages' windows are) they hold the newest samples."""
+    return math.ceil(now_ts / ADVICE_STEP_S) * ADVICE_STEP_S
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -170,7 +171,7 @@ def capacity_advice(
         for s in latest
         if s.ts >= now - MEMBER_HORIZON_S or s.target in configured
     ]
-    groups = group_members(rows, configured, now, stale_after_s)
+    groups = group_members(rows, configured, now_ts, stale_after_s)  # up, down or stale as of now
     if not groups:
         return []
     demand_now = _demand_now(history, now, deployments)
@@ -206,7 +207,10 @@ def capacity_advice(
             context = _context_bin(usable, recipe, {m.target for m in members})
             key = (recipe, context)
             if key not in limits:
-                rows_of = usable[(usable["recipe"] == recipe) & (usable["context_bin"] == context)]
+                if usable.empty:  # nothing busy in the last day (``prepare`` adds no bins to nothing)
+                    rows_of = pd.DataFrame(columns=[*LIMIT_SIGNALS, "concurrency"])
+                else:
+                    rows_of = usable[(usable["recipe"] == recipe) & (usable["context_bin"] == context)]
                 limits[key] = recipe_limit(rows_of, recipe, context, thresholds)
             limit = limits[key]
         firsts = [d.first_ts[name] for d in (hourly, trend) if name in d.first_ts]

@@ -26,6 +26,10 @@ from alerts.model import AlertInstance, AlertTransition
 from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
 from analysis import sample_bins
+from analysis.advice_inputs import DemandSeries, advice_now, capacity_advice, read_hourly_demand
+from analysis.capacity import CapacityThresholds
+from analysis.capacity_advice import DeploymentAdvice
+from analysis.forecast import PROFILE_BUCKET_S
 from analysis.slo_budget import slo_scopes
 from analysis.slo_report import Goodput, SloStatus, goodput, slo_status, slo_statuses
 from collectors.errors import StoreError
@@ -502,6 +506,8 @@ def clear_all_caches() -> None:
     _signals_background.clear()
     _slo_report.clear()
     _slo_fleet.clear()
+    _capacity_advice.clear()
+    _hourly_demand.clear()
     with _TAILS_LOCK:
         _TAILS.clear()
 
@@ -724,3 +730,66 @@ def slo_minutes(
 ) -> list[tuple[int, float, float]]:
     """(minute_ts, good, total) of one SLO and scope, oldest first (the burn-down's input)."""
     return reader(path).call_slo(lambda counts, _history: counts.minutes(slo, scope, start_ts, end_ts))
+
+
+# -- capacity advice -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AdviceReport:
+    """Servers needed per deployment (``advice_inputs.capacity_advice``) for the minute ``now_ts``."""
+
+    advice: tuple[DeploymentAdvice, ...]
+    now_ts: float
+
+
+def capacity_advice_report(
+    path: str,
+    thresholds: CapacityThresholds,
+    configured: dict[str, str],
+    stale_after_s: float,
+    slos: Sequence[Slo],
+) -> AdviceReport:
+    """The Capacity page's advice: at most a minute old, refreshed in the background (it reads a day of the
+    fleet's samples: never inside a rerun once the first read is done), the hourly history kept per hour."""
+    items = tuple(sorted(configured.items()))
+    key = repr((thresholds, items, stale_after_s, tuple(slos)))
+    return _capacity_advice(path, key, thresholds, items, stale_after_s, tuple(slos))
+
+
+@st.cache_resource(ttl=60, max_entries=4, show_spinner=False, refresh_mode="background")
+def _capacity_advice(
+    path: str,
+    key: str,
+    _thresholds: CapacityThresholds,
+    _configured: tuple[tuple[str, str], ...],
+    stale_after_s: float,
+    _slos: tuple[Slo, ...],
+) -> AdviceReport:
+    del key  # the arguments' identity in the cache key (they are passed unhashed)
+    now_ts = advice_now(time.time())
+    hourly = _hourly_demand(path, math.floor(now_ts / PROFILE_BUCKET_S) * PROFILE_BUCKET_S)
+
+    def advise(history: HistoryStore, counts: SloCounts | None) -> list[DeploymentAdvice]:
+        return capacity_advice(
+            history,
+            _thresholds,
+            now_ts,
+            stale_after_s=stale_after_s,
+            configured=dict(_configured),
+            slo_counts=counts,
+            slos=_slos,
+            hourly=hourly,
+        )
+
+    store = reader(path)
+    if _slos:
+        found = store.call_slo(lambda counts, history: advise(history, counts))
+    else:
+        found = store.call(lambda history: advise(history, None))
+    release_freed_memory()
+    return AdviceReport(tuple(found), now_ts)
+
+
+@st.cache_resource(ttl=3600, max_entries=2, show_spinner=False)
+def _hourly_demand(path: str, hour_ts: float) -> DemandSeries:
+    """The complete hours of the last week per deployment: they change once an hour."""
+    return reader(path).call(lambda store: read_hourly_demand(store, hour_ts))
