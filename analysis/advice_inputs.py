@@ -31,7 +31,7 @@ from analysis.capacity_advice import (
     main_recipe,
     recipe_limit,
 )
-from analysis.forecast import PROFILE_BUCKET_S, TREND_BUCKET_S, TREND_WINDOW_S, forecast_peak
+from analysis.forecast import DAY_S, PROFILE_BUCKET_S, TREND_BUCKET_S, TREND_WINDOW_S, forecast_peak
 from analysis.sample_bins import ANALYSIS_SIGNALS, prepare
 from analysis.slo_budget import burn_checks, slo_scopes, window_counts
 from collectors.slo import Slo
@@ -140,11 +140,22 @@ def target_deployments(history: HistoryStore) -> dict[str, str]:
 
 def read_hourly_demand(history: HistoryStore, now_ts: float) -> DemandSeries:
     """The complete hours of the last FORECAST_HISTORY_S before ``now_ts``'s hour, per deployment: the same
-    for every read within one hour (a page may keep it that long)."""
+    for every read within one hour (a page may keep it that long).
+
+    Read a day at a time, newest first, back to the first day without a sample: a day the store holds whole
+    comes from the 1 h tier (24 rows a server), and only the day the store began reads a finer tier — one
+    read of the week on a store younger than a week reads the 1 min tier of its whole life."""
     hour = math.floor(now_ts / PROFILE_BUCKET_S) * PROFILE_BUCKET_S
-    start = hour - FORECAST_HISTORY_S
-    points = int(FORECAST_HISTORY_S / PROFILE_BUCKET_S)
-    frame = read_frame(history, start, hour - 1e-3, DEMAND_SIGNALS, points)
+    per_day = int(DAY_S / PROFILE_BUCKET_S)
+    frames: list[pd.DataFrame] = []
+    for k in range(int(FORECAST_HISTORY_S // DAY_S)):
+        day = read_frame(history, hour - (k + 1) * DAY_S, hour - k * DAY_S - 1e-3, DEMAND_SIGNALS, per_day)
+        if day.empty:
+            break  # before the store began (or a whole day without samples: older days are not used)
+        frames.append(day)
+    if not frames:
+        return DemandSeries()
+    frame = pd.concat(frames[::-1], ignore_index=True)
     return deployment_series(frame, target_deployments(history), PROFILE_BUCKET_S)
 
 

@@ -5,7 +5,7 @@ collector's own tiers, in seconds rather than hours) for the capacity-advice tes
 48-request cap: the state pool at ~98%, 32 queued per server; ``idle`` runs the shipped recipe with 2 clients
 per server on chat; ``lab`` sweeps the shipped recipe on the same chat from 1 to 64 clients (the scaling
 curve's knee); ``gone`` goes down 15 minutes before the end. ``DAILY`` (4 days): ``daily`` climbs from 4 to 40
-clients over 12 hours and back, every day; ``lab`` sweeps each morning.
+clients over 12 hours and back, every day (its own scaling curve: 4 to 40 running).
 
 Decode-log windows of 15–30 s (``Segment``'s window lengths): a window much longer than a request would
 publish a running count after most requests finished (``sim.fill``'s 300 s default is for gauges that
@@ -70,20 +70,15 @@ FLEET: dict[str, Any] = {
 }
 
 DAILY: dict[str, Any] = {
-    "description": "capacity advice: a daily load cycle (4 → 40 → 4 clients), a sweep every morning",
+    "description": "capacity advice: a daily load cycle (4 → 40 → 4 clients)",
     "warmup_s": 600,
     "loop_s": DAY_S,
     "recipes": RECIPES,
     "workloads": {"long": {"isl": 1024, "osl": 2048}},
-    "servers": [
-        _server("daily-0", "daily", "shipped", "long", 4),
-        _server("lab-sweep", "lab", "shipped", "long", 1),
-    ],
+    "servers": [_server("daily-0", "daily", "shipped", "long", 4)],
     "phases": [
         {"at_s": 0, "servers": ["daily-0"], "ramp": {"over_s": DAY_S / 2, "concurrency": [4, 40]}},
         {"at_s": DAY_S / 2, "servers": ["daily-0"], "ramp": {"over_s": DAY_S / 2, "concurrency": [40, 4]}},
-        {"at_s": 0, "servers": ["lab-sweep"], "ramp": {"over_s": 7200, "concurrency": [1, 64]}},
-        {"at_s": 7200, "servers": ["lab-sweep"], "load": {"concurrency": 1}},
     ],
 }
 # An SLO the idle deployment burns (its TTFT sits just above 200 ms), with conditions a fill's five-minute
