@@ -11,16 +11,18 @@ import streamlit as st
 
 from analysis.capacity_advice import HEADROOM, DeploymentAdvice
 
-# The table's columns (its keys are ``record()`` keys, or derived from them as named).
+# The table's columns (its keys are ``record()`` keys, or derived from them as named): the answer first.
 ADVICE_COLUMNS = {
     "deployment": st.column_config.TextColumn("deployment", pinned=True),
     "servers_up": st.column_config.TextColumn("servers up", help="up / servers in the deployment"),
+    "servers_needed_now": st.column_config.NumberColumn("needed now", format="%d"),
+    "servers_needed_peak": st.column_config.NumberColumn("needed at peak", format="%d"),
     "binding": st.column_config.TextColumn(
         "binds", help="what stops a server serving more first: state pool, KV cache, request cap or compute"
     ),
     "knee_running": st.column_config.NumberColumn("at running", format="%.0f"),
     "tok_s_per_server_at_knee": st.column_config.NumberColumn(
-        "tok/s per server at the knee", format="%.0f", help="running × accept length ÷ step latency there"
+        "tok/s a server at the knee", format="%.0f", help="running × accept length ÷ step latency there"
     ),
     "demand_tok_s": st.column_config.NumberColumn(
         "demand now (tok/s)", format="%.0f", help="last 5 min: output tok/s plus what the queue waits for"
@@ -28,8 +30,6 @@ ADVICE_COLUMNS = {
     "forecast_peak_tok_s": st.column_config.NumberColumn("peak, next 24 h (tok/s)", format="%.0f"),
     "forecast_at": st.column_config.TextColumn("peak at (UTC)"),
     "forecast_method": st.column_config.TextColumn("forecast"),
-    "servers_needed_now": st.column_config.NumberColumn("needed now", format="%d"),
-    "servers_needed_peak": st.column_config.NumberColumn("needed at peak", format="%d"),
 }
 
 
