@@ -9,6 +9,7 @@
     specwatch sim [...]                              = python -m sim
     specwatch slo --config FILE [--json]             SLO budgets, burn rates, attribution, goodput
     specwatch import bench FILE… --config F [--json] sglang.bench_serving results into the store
+    specwatch capacity --config FILE [--json]        servers needed per deployment, now and at the peak
 
 It only dispatches: the streamlit app runs in its own process, and the other layers' ``main`` functions
 parse their own arguments, so ``specwatch collect --help`` is the collector's help.
@@ -27,7 +28,7 @@ from pathlib import Path
 from collectors.prometheus.grafana import DEFAULT_RECIPE_LABEL
 from config import Config, ConfigError, load_config
 
-PASS_THROUGH = ("collect", "alerts", "sim", "slo", "import")
+PASS_THROUGH = ("collect", "alerts", "sim", "slo", "import", "capacity")
 
 
 def _config(path: str | None) -> Config:
@@ -133,6 +134,10 @@ def _forward(name: str, argv: Sequence[str]) -> int:
         from collectors.bench_cli import main as import_main
 
         return import_main(argv)
+    if name == "capacity":
+        from alerts.capacity_cli import main as capacity_main
+
+        return capacity_main(argv)
     from sim.__main__ import main as sim_main
 
     return sim_main(list(argv))
@@ -157,6 +162,10 @@ def _parser() -> argparse.ArgumentParser:
         ("sim", "serve a simulated fleet (= python -m sim)"),
         ("slo", "where every SLO stands: budget, burn rates, attribution, goodput (--config F [--json])"),
         ("import", "offline benchmark results into the store (import bench FILE… --config F [--json])"),
+        (
+            "capacity",
+            "servers needed per deployment, now and at the next 24 h's peak (--config F [--json]; advice)",
+        ),
     ):
         commands.add_parser(name, help=text, add_help=False)
     export = commands.add_parser("export", help="rule files and the Grafana dashboard, on stdout")

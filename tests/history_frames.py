@@ -15,12 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.frames import samples_frame
 from collectors.history import HistoryReader
 from collectors.model import SIGNAL_NAMES
 from collectors.sample_columns import SAMPLE_COLUMNS, SAMPLE_TEXTS, SAMPLE_VALUES
 from collectors.store.sqlite_store import SqliteStore
 from collectors.store.tiers import TIERS, Tier, pick_tier
-from views.frames import samples_frame
 
 _NUMERIC = ("scrape_duration_s", *SIGNAL_NAMES)
 

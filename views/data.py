@@ -32,6 +32,11 @@ import streamlit as st
 
 from alerts.state_store import AlertStateStore
 from analysis import sample_bins
+from analysis.advice_inputs import DemandSeries, advice_now, capacity_advice, read_hourly_demand
+from analysis.capacity import CapacityThresholds
+from analysis.capacity_advice import DeploymentAdvice
+from analysis.forecast import PROFILE_BUCKET_S
+from analysis.frames import samples_frame
 from analysis.slo_budget import slo_scopes
 from analysis.slo_report import Goodput, SloStatus, goodput, slo_status, slo_statuses
 from collectors.errors import StoreError
@@ -184,14 +189,14 @@ def _latest_background(reads: StoreReader, horizon_s: float) -> pd.DataFrame:
 def samples(
     reads: StoreReader, start_ts: float, end_ts: float, targets: tuple[str, ...] | None, max_points: int
 ) -> pd.DataFrame:
-    """Every sample column in the window (``frames.samples_frame``, with ``time``), at most ``max_points``
-    rows per target (bucket means beyond that)."""
+    """Every sample column in the window (``analysis.frames.samples_frame``, with ``time``), at most
+    ``max_points`` rows per target (bucket means beyond that)."""
     columns = reads.call(
         lambda history: history.read_columns(
             start_ts, end_ts, SAMPLE_VALUES, max_points, targets, texts=SAMPLE_TEXTS
         )
     )
-    return frames.samples_frame(columns, with_time=True)
+    return samples_frame(columns, with_time=True)
 
 
 # Fleet-wide reads over long ranges cost seconds in SQLite (every row is bucketed), so beyond this range they
@@ -261,7 +266,7 @@ def _signals_frame(
 ) -> pd.DataFrame:
     texts = ("recipe_id",) if recipes else ()
     columns = history.read_columns(window.start_ts, window.end_ts, signals, max_points, texts=texts)
-    frame = frames.samples_frame(columns)
+    frame = samples_frame(columns)
     del columns
     if prepared:
         frame = sample_bins.prepare(frame)
@@ -417,6 +422,8 @@ def clear_all_caches() -> None:
     _signals_background.clear()
     _slo_report.clear()
     _slo_fleet.clear()
+    _capacity_advice.clear()
+    _hourly_demand.clear()
     for reads in list(_OPEN_READERS):
         reads.drop_caches()
 
@@ -561,3 +568,68 @@ def slo_minutes(
 ) -> list[tuple[int, float, float]]:
     """(minute_ts, good, total) of one SLO and scope, oldest first (the burn-down's input)."""
     return reads.call_slo(lambda counts, _history: counts.minutes(slo, scope, start_ts, end_ts))
+
+
+# -- capacity advice -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AdviceReport:
+    """Servers needed per deployment (``advice_inputs.capacity_advice``) for the minute ``now_ts``."""
+
+    advice: tuple[DeploymentAdvice, ...]
+    now_ts: float
+
+
+def capacity_advice_report(
+    reads: StoreReader,
+    thresholds: CapacityThresholds,
+    configured: dict[str, str],
+    stale_after_s: float,
+    slos: Sequence[Slo],
+) -> AdviceReport:
+    """The Capacity page's advice: at most five minutes old (its minute is shown), refreshed in the background
+    (it reads a day of the fleet's samples, 1–6 s at 1,000 servers: never inside a rerun once the first read
+    is done), the hourly history kept per hour."""
+    items = tuple(sorted(configured.items()))
+    key = repr((thresholds, items, stale_after_s, tuple(slos)))
+    return _capacity_advice(reads, key, thresholds, items, stale_after_s, tuple(slos))
+
+
+@st.cache_resource(
+    ttl=300, max_entries=4, show_spinner=False, refresh_mode="background", hash_funcs=BY_READER
+)
+def _capacity_advice(
+    reads: StoreReader,
+    key: str,
+    _thresholds: CapacityThresholds,
+    _configured: tuple[tuple[str, str], ...],
+    stale_after_s: float,
+    _slos: tuple[Slo, ...],
+) -> AdviceReport:
+    del key  # the arguments' identity in the cache key (they are passed unhashed)
+    now_ts = advice_now(time.time())
+    hourly = _hourly_demand(reads, math.floor(now_ts / PROFILE_BUCKET_S) * PROFILE_BUCKET_S)
+
+    def advise(history: HistoryReader, counts: SloCounts | None) -> list[DeploymentAdvice]:
+        return capacity_advice(
+            history,
+            _thresholds,
+            now_ts,
+            stale_after_s=stale_after_s,
+            configured=dict(_configured),
+            slo_counts=counts,
+            slos=_slos,
+            hourly=hourly,
+        )
+
+    if _slos:
+        found = reads.call_slo(lambda counts, history: advise(history, counts))
+    else:
+        found = reads.call(lambda history: advise(history, None))
+    release_freed_memory()
+    return AdviceReport(tuple(found), now_ts)
+
+
+@st.cache_resource(ttl=3600, max_entries=2, show_spinner=False, hash_funcs=BY_READER)
+def _hourly_demand(reads: StoreReader, hour_ts: float) -> DemandSeries:
+    """The complete hours of the last week per deployment: they change once an hour."""
+    return reads.call(lambda store: read_hourly_demand(store, hour_ts))

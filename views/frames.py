@@ -1,4 +1,5 @@
-"""Reads as DataFrames: the one place the dashboard turns the model's types into pandas.
+"""Reads as DataFrames: the one place the dashboard turns the model's types into pandas (samples through
+``analysis.frames``, which the CLI's analyses share).
 
 The history answers in ``SampleColumns``, ``Event``s and snapshots, the alert engine in ``AlertInstance``s and
 ``AlertTransition``s (``collectors/history.py``, ``alerts/state_store.py``); the pages draw and filter
@@ -15,7 +16,7 @@ import pandas as pd
 from alerts.model import AlertInstance, AlertTransition
 from alerts.scopes import alert_scope
 from collectors.model import SIGNAL_NAMES, Event
-from collectors.sample_columns import SAMPLE_TEXTS, SampleColumns
+from collectors.sample_columns import SampleColumns
 
 # The fleet table's input: one row per target.
 LATEST_COLUMNS = [
@@ -49,23 +50,6 @@ def latest_frame(columns: SampleColumns) -> pd.DataFrame:
         },
         columns=LATEST_COLUMNS,
     )
-
-
-def samples_frame(columns: SampleColumns, *, with_time: bool = False) -> pd.DataFrame:
-    """Samples as rows (sorted by target, then time): ts, target, up (bool), the texts read
-    (``SAMPLE_TEXTS`` order), the values read (in the order asked), and ``time`` (UTC) if ``with_time``."""
-    frame = pd.DataFrame(
-        {
-            "ts": columns.ts,
-            "target": columns.target,
-            "up": columns.up == 1.0,
-            **{name: columns.texts[name] for name in SAMPLE_TEXTS if name in columns.texts},
-            **columns.values,
-        }
-    )
-    if with_time:
-        frame["time"] = pd.to_datetime(frame["ts"], unit="s", utc=True)
-    return frame
 
 
 def events_frame(events: Sequence[Event]) -> pd.DataFrame:

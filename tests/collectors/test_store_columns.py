@@ -11,13 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.frames import samples_frame
 from analysis.sample_bins import ANALYSIS_SIGNALS
 from analysis.saturation import SATURATION_SIGNALS
 from collectors.model import Signals, TargetSnapshot
 from collectors.sample_columns import SampleColumns, columns_of_snapshots
 from collectors.store.sqlite_store import SqliteStore
 from tests.history_frames import oracle_frame
-from views.frames import latest_frame, samples_frame
+from views.frames import latest_frame
 
 T0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
 SIGNALS = ("output_tok_s", "accept_length", "step_latency_s")

@@ -13,10 +13,12 @@ import streamlit as st
 
 from alerts.rules import capacity_thresholds
 from analysis import saturation, scaling
+from analysis.advice_inputs import ADVICE_STEP_S
 from analysis.capacity import CapacityThresholds, capacity_frame, fleet_verdict
 from analysis.fraction import MIN_SAMPLES
+from collectors.slo import Slo, build_slos
 from config import ConfigError
-from views import analysis_charts, blocks, chart_style, data, formatting, time_charts
+from views import advice_frames, analysis_charts, blocks, chart_style, data, formatting, time_charts
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
@@ -57,6 +59,7 @@ def render(ctx: PageContext) -> None:
     )
     thresholds = rule_thresholds(ctx)
     st.caption(levels_caption(thresholds))
+    st.fragment(run_every=max(ctx.interval_s, ADVICE_STEP_S))(_advice)(ctx, thresholds)
     st.fragment(run_every=ctx.interval_s)(_live)(ctx, thresholds)
     with blocks.store_errors():
         _scaling(ctx)
@@ -86,6 +89,40 @@ def levels_caption(t: CapacityThresholds) -> str:
         f"{t.radix_state_pool_at:.0%}+ (`RadixCacheWaste.max_hit_rate`, `state_pool_at`). Change them under "
         "`alerts.rules` in the config: this page and the alerts read the same settings."
     )
+
+
+def _advice(ctx: PageContext, thresholds: CapacityThresholds) -> None:
+    """Servers needed per deployment, now and at the next 24 h's peak, with the reason (what
+    ``specwatch capacity`` prints)."""
+    st.subheader("Servers needed per deployment", anchor=False)
+    slos: tuple[Slo, ...] = ()
+    try:
+        slos = build_slos(ctx.config, "the config")
+    except ConfigError as exc:
+        st.warning(
+            f"**The SLOs cannot be read**, so the advice ignores them: {formatting.plain(str(exc))}",
+            icon=":material/settings_alert:",
+        )
+    configured = {t.name: t.labels.get("deployment", "") for t in ctx.config.targets}
+    with blocks.store_errors():
+        report = data.capacity_advice_report(ctx.reads, thresholds, configured, ctx.stale_after_s, slos)
+        if not report.advice:
+            st.info(
+                "No deployment to advise on: no target reported in the last 6 h and none is configured.",
+                icon=":material/dns:",
+            )
+            return
+        st.caption(advice_frames.policy_caption(report.now_ts))
+        st.dataframe(
+            advice_frames.advice_frame(report.advice),
+            column_config=advice_frames.ADVICE_COLUMNS,
+            column_order=list(advice_frames.ADVICE_COLUMNS),
+            hide_index=True,
+            placeholder=formatting.DASH,
+            width="stretch",
+            key="capacity_advice",
+        )
+        st.markdown("\n".join(f"- {formatting.plain(item.reason)}" for item in report.advice))
 
 
 def _live(ctx: PageContext, thresholds: CapacityThresholds) -> None:
