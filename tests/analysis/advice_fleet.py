@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
+from collectors.direct.slo_backfill import SloBackfill
 from collectors.slo import Slo
-from collectors.slo_ledger import SloBackfill
 from collectors.store.slo_counts import SloCountStore
 from sim.fill import Segment, write_history
 
