@@ -29,7 +29,7 @@ from collectors.store.columns import (
     regroup,
 )
 from collectors.store.connections import ThreadConnections
-from collectors.store.migrate import backfill
+from collectors.store.migrate import add_signal_columns, backfill
 from collectors.store.reads import SAMPLE_COLUMNS as _SAMPLE_COLUMNS
 from collectors.store.reads import frame_of, raw_sql, tier_sql
 from collectors.store.tiers import (
@@ -42,7 +42,9 @@ from collectors.store.tiers import (
     upsert_sql,
 )
 
-SCHEMA_VERSION = 2  # 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open)
+# 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open); 3: the GPU and cost
+# signals' columns (added to a version-2 store's tables in place: ``migrate.add_signal_columns``).
+SCHEMA_VERSION = 3
 
 _SIGNAL_COLUMNS = ", ".join(f"{name} REAL" for name in SIGNAL_NAMES)
 
@@ -156,7 +158,9 @@ class SqliteStore:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             connection.execute(statement)
-                    if found is not None:  # an older store: fill the new tables from its raw rows
+                    if found is not None:  # an older store: its tables gain the new signals' columns
+                        add_signal_columns(connection)
+                    if found is not None and found < 2:  # a version-1 store: the tiers from its raw rows
                         backfill(connection, _SAMPLE_COLUMNS, self._write_rollups)
                     connection.execute(
                         "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
