@@ -29,12 +29,30 @@ from config import Target
 GPU_METRICS_PATH = "/metrics"
 GPU_ACCEPT = "text/plain;version=0.0.4,*/*;q=0.1"
 _FIELDS: tuple[str, ...] = tuple(family.name for family in gpu_families())
-# One sample line: name, optional {labels} (quoted values with escapes), value, optional timestamp.
-_LINE = re.compile(
-    r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?[ \t]+(\S+)(?:[ \t]+\S+)?$'
-)
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_LABEL_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _label_pattern(label: str) -> re.Pattern[str]:
+    """One label's value in a label set: ``gpu="3"`` (quoted, with escapes)."""
+    found = _LABEL_CACHE.get(label)
+    if found is None:
+        found = _LABEL_CACHE[label] = re.compile(
+            r"(?:^|,)\s*" + re.escape(label) + r'\s*=\s*"((?:[^"\\]|\\.)*)"'
+        )
+    return found
+
+
+_UNESCAPE = re.compile(r"\\([\\\"n])")
+
+
+def _label(labels: str, name: str) -> str | None:
+    found = _label_pattern(name).search(labels)
+    if found is None:
+        return None
+    value = found.group(1)
+    return (
+        _UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value) if "\\" in value else value
+    )
 
 
 class ExporterClient(TargetClient):
@@ -59,21 +77,25 @@ class GpuReading:
     shown: int  # every GPU the exporter shows
 
 
-def _labels(text: str | None) -> dict[str, str]:
-    if not text:
-        return {}
-    found = {}
-    for match in _LABEL.finditer(text):
-        value = match.group(2)
-        if "\\" in value:
-            value = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], value)
-        found[match.group(1)] = value
-    return found
-
-
-def _gpu_id(labels: Mapping[str, str]) -> str:
+def _gpu_id(labels: str) -> str:
     """Which GPU a series is: dcgm-exporter's gpu index, else its UUID, else the whole label set."""
-    return labels.get("gpu") or labels.get("UUID") or repr(sorted(labels.items()))
+    return _label(labels, "gpu") or _label(labels, "UUID") or labels
+
+
+def _lines(text: str, name: str) -> list[tuple[int, str]]:
+    """(offset, line) of every sample line of ``name`` in ``text`` (which starts with a newline): the text
+    format keeps a family's lines together, and the body's other ~20 fields are never split or looked at."""
+    found = []
+    needle = "\n" + name
+    start = text.find(needle)
+    while start != -1:
+        after = start + len(needle)
+        end = text.find("\n", after)
+        end = len(text) if end == -1 else end
+        if text[after : after + 1] in ("{", " ", "\t"):  # not a longer name (DCGM_FI_DEV_POWER_USAGE_INSTANT)
+            found.append((start, text[start + 1 : end]))
+        start = text.find(needle, end)
+    return found
 
 
 def parse_gpu_exposition(
@@ -92,38 +114,40 @@ def parse_gpu_exposition(
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise BadExposition("binary data, not Prometheus text") from None
+    text = "\n" + text
+    samples = 0  # of the fields read: the rest of the body is never split (only the byte cap bounds it)
     per_field: dict[str, dict[str, float]] = {name: {} for name in _FIELDS}
     shown: set[str] = set()
     chosen: set[str] = set()
-    samples = 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line or line[0] == "#" or line.isspace():
-            continue
-        samples += 1
+    for name in _FIELDS:
+        lines = _lines(text, name)
+        samples += len(lines)
         if samples > max_samples:
-            raise BadExposition(f"more than {max_samples} samples (scrape.max_samples)")
-        if not line.startswith(_FIELDS):
-            continue
-        match = _LINE.match(line.rstrip())
-        if match is None:
-            raise BadExposition(f"line {number} is not a sample line: {line[:80]!r}")
-        name = match.group(1)
-        if name not in per_field:
-            continue  # a longer name starting like a wanted one (DCGM_FI_DEV_POWER_USAGE_INSTANT)
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            raise BadExposition(f"line {number}: {match.group(3)[:40]!r} is not a number") from None
-        labels = _labels(match.group(2))
-        gpu = _gpu_id(labels)
-        shown.add(gpu)
-        if select and not all(
-            (found := labels.get(label)) is not None and pattern.fullmatch(found)
-            for label, pattern in select.items()
-        ):
-            continue
-        chosen.add(gpu)
-        per_field[name][gpu] = value
+            raise BadExposition(f"more than {max_samples} samples of the fields read (scrape.max_samples)")
+        for offset, line in lines:
+            close = line.rfind("}")
+            labels, rest = (
+                (line[len(name) + 1 : close], line[close + 1 :]) if close != -1 else ("", line[len(name) :])
+            )
+            if close == -1 and "{" in line:
+                raise BadExposition(
+                    f"line {text.count(chr(10), 0, offset) + 1} is not a sample line: {line[:80]!r}"
+                )
+            parts = rest.split()
+            try:
+                value = float(parts[0])
+            except (IndexError, ValueError):
+                number = text.count("\n", 0, offset) + 1
+                raise BadExposition(f"line {number}: {rest.strip()[:40]!r} is not a number") from None
+            gpu = _gpu_id(labels)
+            shown.add(gpu)
+            if select and not all(
+                (found := _label(labels, label)) is not None and pattern.fullmatch(found)
+                for label, pattern in select.items()
+            ):
+                continue
+            chosen.add(gpu)
+            per_field[name][gpu] = value
     if not any(per_field.values()) and not shown:
         raise BadExposition(
             f"no {' or '.join(_FIELDS[:2])} series: is this dcgm-exporter, with those fields in its counters?"

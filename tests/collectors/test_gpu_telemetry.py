@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from collectors.derive import derive_signals, gpu_key
+from collectors.derive import apply_server_gpus, derive_signals, gpu_key
 from collectors.direct.direct_source import DirectSource
 from collectors.direct.gpu_scrape import parse_gpu_exposition
 from collectors.errors import BadExposition
@@ -276,3 +276,25 @@ def test_the_parser_reads_only_complete_fields_of_the_selected_gpus() -> None:
     assert gpu_key("DCGM_FI_DEV_POWER_USAGE") not in parse_gpu_exposition(nan.encode()).values
     with pytest.raises(BadExposition, match=r"scrape\.max_samples"):
         parse_gpu_exposition(DCGM_8_GPUS.encode(), max_samples=10)
+
+
+def test_the_prometheus_source_prefers_server_info_and_refuses_a_shared_nodes_power() -> None:
+    """PromQL counted the node's GPUs (the join): /server_info's count wins, and a node showing more GPUs than
+    the server runs on leaves its power unknown, in words."""
+    node = {
+        "output_tok_s": 1600.0, "gpu_count": 8.0, "gpu_power_w": 5600.0, "gpu_util": 0.8,
+        "tokens_per_joule": 1600.0 / 5600.0, "joules_per_token": 3.5, "output_tok_s_per_gpu": 200.0,
+        "usd_per_million_tokens": 2.5 * 8 / (1600.0 * 3600) * 1e6,
+    }  # fmt: skip
+    shared, problem = apply_server_gpus(node, 2, {"gpu_hour_usd": 2.5})
+    assert problem is not None
+    assert "shows 8 GPUs" in problem
+    assert "runs on 2" in problem
+    assert shared["gpu_power_w"] is None
+    assert shared["tokens_per_joule"] is None
+    assert shared["gpu_count"] == 2
+    assert shared["output_tok_s_per_gpu"] == 800.0  # recomputed with the server's own GPUs
+    assert shared["usd_per_million_tokens"] == pytest.approx(2.5 * 2 / (1600.0 * 3600) * 1e6)
+    whole, problem = apply_server_gpus(node, 8, {"gpu_hour_usd": 2.5})
+    assert problem is None
+    assert whole == pytest.approx(node)
