@@ -15,6 +15,7 @@ GPU signals are unknown, with the reason in the snapshot's error words.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from collectors.errors import BadExposition, ScrapeError
 from collectors.http.targets import TargetClient
 from collectors.signals import gpu_families
 from config import Target
+
+log = logging.getLogger(__name__)
 
 GPU_METRICS_PATH = "/metrics"
 GPU_ACCEPT = "text/plain;version=0.0.4,*/*;q=0.1"
@@ -192,6 +195,9 @@ async def read_gpus(
         reading = parse_gpu_exposition(fetched.body, select=select, max_samples=max_samples)
     except BadExposition as exc:
         return GpuAnswer(None, f"{fetched.url} is not a DCGM exporter's answer: {exc}")
+    except Exception as exc:  # a bug here costs the GPU figures one cycle, never the server's
+        log.exception("reading %s failed unexpectedly", fetched.url)
+        return GpuAnswer(None, f"internal error reading {fetched.url}: {type(exc).__name__}")
     if reading.gpus == 0:
         labels = ", ".join(f"{k}=~{v.pattern!r}" for k, v in select.items())
         return GpuAnswer(
