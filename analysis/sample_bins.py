@@ -26,6 +26,12 @@ ANALYSIS_SIGNALS: tuple[str, ...] = (
     "per_request_tok_s",
     "ttft_s",
     "tpot_s",
+    # Energy and cost (``analysis.energy``; output tok/s per GPU is also the fleet's lane of the recipes'
+    # Pareto): unknown without GPU telemetry or a price, so NaN columns where a fleet has neither.
+    "gpu_count",
+    "gpu_power_w",
+    "output_tok_s_per_gpu",
+    "usd_per_million_tokens",
 )
 
 # Context bins double from 1K tokens: acceptance decays per doubling of context, so equal-width bins in log2.

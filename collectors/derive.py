@@ -17,24 +17,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from collectors.model import SIGNAL_NAMES, Recipe, Signals
+from collectors.signal_expr import refs_of
 from collectors.signals import (
     BY_NAME,
     COMPLETION_WINDOW_S,
     SIGNALS,
+    Count,
     Expr,
     First,
     Gauge,
     Inverse,
+    Param,
     Positive,
     Product,
     Rate,
     Ratio,
-    Ref,
+    Scale,
     Total,
     Unless,
     When,
     Zero,
     all_families,
+    gpu_families,
 )
 
 # Counters and histograms' _sum/_count (the direct reader sums them over labels): they only ever go up, except
@@ -42,6 +46,13 @@ from collectors.signals import (
 CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(
     dict.fromkeys(sample for family in all_families() if family.kind != "gauge" for sample in family.samples)
 )
+# The GPUs' counters (the energy counter, mJ since the driver loaded) are kept between cycles too, but not
+# read for restarts: the GPUs keep counting while SGLang restarts, and a driver reload resets them alone
+# (their rate is then unknown for one window, like any counter that fell).
+GPU_CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(
+    sample for family in gpu_families() if family.kind == "counter" for sample in family.samples
+)
+_KEPT_SAMPLES = CUMULATIVE_SAMPLES + GPU_CUMULATIVE_SAMPLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +114,7 @@ def spec_enabled(recipe: Recipe | None) -> bool | None:
 class _Cycle:
     """One derivation's inputs and the signals computed so far (closures read it)."""
 
-    __slots__ = ("elapsed_s", "long_elapsed_s", "long_previous", "out", "previous", "values")
+    __slots__ = ("elapsed_s", "long_elapsed_s", "long_previous", "out", "params", "previous", "values")
 
     def __init__(
         self,
@@ -113,6 +124,7 @@ class _Cycle:
         out: dict[str, float | None],
         long_previous: Mapping[str, float] | None = None,
         long_elapsed_s: float = 0.0,
+        params: Mapping[str, float | None] | None = None,
     ) -> None:
         self.values = values
         self.previous = previous  # None: no window (first scrape, restart, no time elapsed)
@@ -120,6 +132,7 @@ class _Cycle:
         self.out = out
         self.long_previous = long_previous  # the completion-counted rates' baseline
         self.long_elapsed_s = long_elapsed_s
+        self.params = params or {}  # the config's numbers (``Param``): cost.gpu_hour_usd
 
 
 _Fn = Callable[[_Cycle], float | None]
@@ -129,12 +142,24 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def gpu_key(sample: str, how: str = "sum") -> str:
+    """The key of a DCGM field's value in ``values``: summed over the server's GPUs (the field's own name),
+    averaged (``name:avg``), or how many GPUs report it (``name:count``)."""
+    return sample if how == "sum" else f"{sample}:{how}"
+
+
 def _compile(expr: Expr) -> _Fn:
     if isinstance(expr, Gauge):
         key = expr.family.samples[0]
+        if expr.family.exposer == "dcgm":
+            key = gpu_key(key, expr.how)
+        return lambda c: c.values.get(key)
+    if isinstance(expr, Count):
+        key = gpu_key(expr.family.samples[0], "count")
         return lambda c: c.values.get(key)
     if isinstance(expr, Rate):
-        sample = f"sglang:{expr.family.name}{expr.part}"
+        family = expr.family
+        sample = family.samples[0] if family.exposer == "dcgm" else f"sglang:{family.name}{expr.part}"
         # Completion-counted families move only when a request finishes: their rate spans the longer window.
         long = expr.family.at_completion
 
@@ -143,11 +168,22 @@ def _compile(expr: Expr) -> _Fn:
             if previous is None:
                 return None
             now, before = c.values.get(sample), previous.get(sample)
-            if now is None or before is None:
+            if now is None or before is None or now < before:  # a counter that fell: unknown, never < 0
                 return None
             return _finite((now - before) / (c.long_elapsed_s if long else c.elapsed_s))
 
         return rate
+    if isinstance(expr, Scale):
+        inner, factor = _compile(expr.value), expr.factor
+
+        def scale(c: _Cycle) -> float | None:
+            x = inner(c)
+            return _finite(x * factor) if x is not None else None
+
+        return scale
+    if isinstance(expr, Param):
+        param = expr.name
+        return lambda c: c.params.get(param)
     if isinstance(expr, Ratio):
         numerator, denominator = _compile(expr.numerator), _compile(expr.denominator)
 
@@ -220,25 +256,6 @@ def _compile(expr: Expr) -> _Fn:
     return lambda c: c.out.get(name)
 
 
-def _refs(expr: Expr) -> tuple[str, ...]:
-    if isinstance(expr, Ref):
-        return (expr.signal,)
-    children: tuple[Expr, ...] = ()
-    if isinstance(expr, Ratio):
-        children = (expr.numerator, expr.denominator)
-    elif isinstance(expr, Product):
-        children = (expr.left, expr.right)
-    elif isinstance(expr, Inverse | Positive | Zero):
-        children = (expr.value,)
-    elif isinstance(expr, When | Unless):
-        children = (expr.value, expr.condition)
-    elif isinstance(expr, Total):
-        children = expr.parts
-    elif isinstance(expr, First):
-        children = expr.choices
-    return tuple(ref for child in children for ref in _refs(child))
-
-
 def _evaluation_order() -> tuple[str, ...]:
     """Catalogue order, each signal after the signals it refers to."""
     order: list[str] = []
@@ -249,7 +266,7 @@ def _evaluation_order() -> tuple[str, ...]:
         if name in path:
             raise ValueError(f"signal catalogue: {' → '.join((*path, name))} refers to itself")
         expr = BY_NAME[name].expr
-        for ref in _refs(expr) if expr is not None else ():
+        for ref in refs_of(expr) if expr is not None else ():
             visit(ref, (*path, name))
         order.append(name)
 
@@ -267,12 +284,38 @@ _PLAIN: dict[str, str] = {signal.name: signal.plain for signal in SIGNALS}
 assert set(_ORDER) == set(SIGNAL_NAMES), "every Signals field is declared in collectors.signals"
 
 
-def _evaluate(cycle: _Cycle, plain: bool) -> dict[str, float | None]:
+def _dependents(names: frozenset[str]) -> tuple[str, ...]:
+    """Signals that refer to any of ``names``, directly or through others, in evaluation order."""
+    found: set[str] = set(names)
+    for name in _ORDER:
+        expr = BY_NAME[name].expr
+        if expr is not None and any(ref in found for ref in refs_of(expr)):
+            found.add(name)
+    return tuple(name for name in _ORDER if name in found and name not in names)
+
+
+# What a source may know better than /metrics: the server's GPU count from /server_info (the recipe).
+GIVEN: frozenset[str] = frozenset({"gpu_count"})
+_GIVEN_DEPENDENTS = _dependents(GIVEN)
+
+
+def given_of(recipe: Recipe | None) -> dict[str, float]:
+    """The signals a recipe gives outright (its GPU count), which win over what the metrics say."""
+    if recipe is None or recipe.gpu_count is None:
+        return {}
+    return {"gpu_count": float(recipe.gpu_count)}
+
+
+def _evaluate(
+    cycle: _Cycle, plain: bool, given: Mapping[str, float] | None = None
+) -> dict[str, float | None]:
     out = cycle.out
     for name in _ORDER:
         fn = _COMPILED.get(name)
         rule = _PLAIN[name] if plain else "as computed"
-        if rule == "one":
+        if given and name in given:
+            out[name] = given[name]
+        elif rule == "one":
             out[name] = 1.0  # plain decoding emits exactly one token per request per step
         elif rule == "unknown":
             out[name] = None
@@ -300,22 +343,73 @@ def apply_plain_decoding(signals: Mapping[str, float | None]) -> dict[str, float
     return out
 
 
+def apply_given(
+    signals: Mapping[str, float | None],
+    given: Mapping[str, float],
+    params: Mapping[str, float | None] | None = None,
+) -> dict[str, float | None]:
+    """``signals`` with ``given`` (``given_of(recipe)``) in force and what refers to them recomputed from the
+    other signals: for sources that computed the rest elsewhere (the Prometheus source's PromQL counted the
+    exporter's GPUs)."""
+    out: dict[str, float | None] = dict(signals)
+    if not given:
+        return out
+    out.update(given)
+    cycle = _Cycle({}, None, 0.0, out, params=params)
+    for name in _GIVEN_DEPENDENTS:
+        fn = _COMPILED.get(name)
+        if fn is not None:
+            out[name] = fn(cycle)
+    return out
+
+
+def _telemetry() -> tuple[str, ...]:
+    """Signals read from the GPUs' exporter and what derives from them, but the GPU count a recipe gives."""
+    read = frozenset(s.name for s in SIGNALS if any(f.exposer == "dcgm" for f in s.families)) - GIVEN
+    derived = set(_dependents(read))
+    return tuple(name for name in _ORDER if name in read or name in derived)
+
+
+GPU_TELEMETRY: tuple[str, ...] = _telemetry()
+
+
+def apply_server_gpus(
+    signals: Mapping[str, float | None], gpus: int, params: Mapping[str, float | None] | None = None
+) -> tuple[dict[str, float | None], str | None]:
+    """``signals`` with the server's own GPU count (/server_info's) in force, for a source whose GPU figures
+    counted the exporter's GPUs (PromQL's join on the node): when the node shows another number, its power
+    is not this server's and the GPU telemetry is unknown (the reason is returned in words)."""
+    shown = signals.get("gpu_count")
+    out = dict(signals)
+    problem = None
+    if shown is not None and shown != gpus:
+        problem = (
+            f"GPU telemetry unknown: the node's exporter shows {shown:g} GPUs, the server runs on {gpus} "
+            "(/server_info tp × pp × dp); set prometheus.node_label/gpu_node_label (or gpu_selector) so "
+            "the join picks only its GPUs"
+        )
+        out.update(dict.fromkeys(GPU_TELEMETRY))
+    return apply_given(out, {"gpu_count": float(gpus)}, params), problem
+
+
 def derive_signals(
     values: Mapping[str, float],
     ts: float,
     previous: CounterState | None,
     recipe: Recipe | None = None,
+    params: Mapping[str, float | None] | None = None,
 ) -> Derivation:
     """Derive one cycle's signals for one target.
 
-    ``values`` are the kept samples (``Exposition.values``), ``ts`` when they were read on a monotonic clock
-    (seconds; only differences matter), ``previous`` the state returned by the last derivation for this
-    target (None on the first scrape or after a target change).
+    ``values`` are the kept samples (``Exposition.values``, plus the GPU exporter's fields summed over the
+    server's GPUs: ``gpu_key``), ``ts`` when they were read on a monotonic clock (seconds; only differences
+    matter), ``previous`` the state returned by the last derivation for this target (None on the first scrape
+    or after a target change), ``params`` the config's numbers (``signals.config_params``).
     """
     reset = detect_reset(values, previous)
     elapsed_s = ts - previous.ts if previous is not None else 0.0
     windowed = previous is not None and not reset and elapsed_s > 0
-    counters = {name: values[name] for name in CUMULATIVE_SAMPLES if name in values}
+    counters = {name: values[name] for name in _KEPT_SAMPLES if name in values}
     long_previous: Mapping[str, float] | None = None
     long_elapsed_s = 0.0
     older: tuple[CounterState, ...] = ()
@@ -340,6 +434,7 @@ def derive_signals(
         out,
         long_previous,
         long_elapsed_s,
+        params,
     )
-    signals = Signals(**_evaluate(cycle, spec_enabled(recipe) is False))
+    signals = Signals(**_evaluate(cycle, spec_enabled(recipe) is False, given_of(recipe)))
     return Derivation(signals=signals, state=state, reset=reset)

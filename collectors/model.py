@@ -43,13 +43,18 @@ def _recipe_id(flags: tuple[tuple[str, FlagValue], ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Recipe:
-    """The serving flags that matter, as read from /server_info. ``recipe_id`` is short and stable."""
+    """The serving flags that matter, as read from /server_info. ``recipe_id`` is short and stable.
+
+    ``gpu_count`` is how many GPUs the server runs on, when /server_info says (tp × pp × dp): read with the
+    recipe but not part of its id or equality, so recipes stored before it keep their ids.
+    """
 
     flags: tuple[tuple[str, FlagValue], ...]
+    gpu_count: int | None = field(default=None, compare=False)
 
     @classmethod
-    def from_flags(cls, flags: dict[str, FlagValue]) -> Recipe:
-        return cls(tuple((name, flags.get(name)) for name in RECIPE_FLAGS))
+    def from_flags(cls, flags: dict[str, FlagValue], gpu_count: int | None = None) -> Recipe:
+        return cls(tuple((name, flags.get(name)) for name in RECIPE_FLAGS), gpu_count)
 
     def as_dict(self) -> dict[str, FlagValue]:
         return dict(self.flags)
@@ -96,6 +101,14 @@ SIGNAL_NAMES: tuple[str, ...] = (
     "retractions_per_s",
     "ttft_s",
     "queue_time_s",
+    # GPU telemetry (the DCGM exporter) and cost: unknown without an exporter, a price, or traffic.
+    "gpu_count",
+    "gpu_power_w",
+    "gpu_util",
+    "tokens_per_joule",
+    "joules_per_token",
+    "output_tok_s_per_gpu",
+    "usd_per_million_tokens",
 )
 
 
@@ -123,6 +136,13 @@ class Signals:
     retractions_per_s: float | None = None
     ttft_s: float | None = None  # window mean of time_to_first_token_seconds
     queue_time_s: float | None = None  # window mean of queue_time_seconds
+    gpu_count: float | None = None  # /server_info tp × pp × dp, else the DCGM exporter's GPU series
+    gpu_power_w: float | None = None  # rate of the GPUs' energy counter (W), summed over the server's GPUs
+    gpu_util: float | None = None  # DCGM_FI_DEV_GPU_UTIL / 100, mean over the server's GPUs
+    tokens_per_joule: float | None = None  # output_tok_s / gpu_power_w
+    joules_per_token: float | None = None  # gpu_power_w / output_tok_s (unknown while idle)
+    output_tok_s_per_gpu: float | None = None  # output_tok_s / gpu_count
+    usd_per_million_tokens: float | None = None  # cost.gpu_hour_usd × gpu_count / output tok per hour × 1e6
 
     def as_dict(self) -> dict[str, float | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -11,23 +11,30 @@ from dataclasses import dataclass
 from typing import Literal
 
 FamilyKind = Literal["gauge", "counter", "histogram"]
+# Who exposes a family: the SGLang server's /metrics, or the DCGM exporter of its GPUs (one series per GPU,
+# joined to the server by its node: ``targets[].gpu_exporter_url``, ``prometheus.node_label``).
+Exposer = Literal["sglang", "dcgm"]
 
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """One SGLang metric family (name without the prefix) and the labels that select it."""
+    """One metric family (SGLang's: name without the prefix) and the labels that select it."""
 
     name: str
     kind: FamilyKind
-    since: str  # first SGLang release exposing it (sglang-metrics.md §4)
+    since: str  # first SGLang release exposing it (sglang-metrics.md §4); DCGM: the exporter's field
     match: tuple[tuple[str, str], ...] = ()  # extra equality matchers, e.g. mode="decode"
     # Added only when a request finishes (the tokenizer's completion counters): its rates are taken over at
     # least COMPLETION_WINDOW_S, since with outputs of thousands of tokens a window of seconds sees none.
     at_completion: bool = False
+    exposer: Exposer = "sglang"
 
     @property
     def samples(self) -> tuple[str, ...]:
-        """The canonical (colon) sample names: the gauge, the counter, or a histogram's _sum and _count."""
+        """The canonical sample names: SGLang's colon names (the gauge, the counter, or a histogram's _sum and
+        _count); a DCGM field's own name (its value summed over the server's GPUs)."""
+        if self.exposer == "dcgm":
+            return (self.name,)
         if self.kind == "histogram":
             return (f"sglang:{self.name}_sum", f"sglang:{self.name}_count")
         return (f"sglang:{self.name}",)
@@ -37,10 +44,34 @@ class Family:
 @dataclass(frozen=True, slots=True)
 class Gauge:
     """The gauge's current value (tp_rank 0, priority ""). ``how`` is the PromQL aggregation over DP ranks:
-    max for fractions (the worst rank), sum for counts."""
+    max for fractions (the worst rank), sum for counts. A DCGM gauge is aggregated over the server's GPUs in
+    both sources: sum (watts) or avg (utilization)."""
 
     family: Family
-    how: Literal["max", "sum"] = "max"
+    how: Literal["max", "sum", "avg"] = "max"
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """How many series of a DCGM family belong to the server: its GPUs as the exporter shows them."""
+
+    family: Family
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """value × factor (a unit change: mJ/s → W, % → ratio)."""
+
+    value: Expr
+    factor: float
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A number from the config (``cost.gpu_hour_usd``): the same for every target; unknown when unset, and
+    a signal reading an unset one is left out of the PromQL renderings."""
+
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +154,23 @@ class Ref:
     signal: str
 
 
-Expr = Gauge | Rate | Ratio | Product | Inverse | Total | Positive | Zero | When | Unless | First | Ref
+Expr = (
+    Gauge
+    | Rate
+    | Ratio
+    | Product
+    | Inverse
+    | Total
+    | Positive
+    | Zero
+    | When
+    | Unless
+    | First
+    | Ref
+    | Count
+    | Scale
+    | Param
+)
 
 
 def mean(histogram: Family) -> Ratio:
@@ -133,8 +180,10 @@ def mean(histogram: Family) -> Ratio:
 
 def families_of(expr: Expr) -> Iterator[Family]:
     """Every family an expression reads (references not followed)."""
-    if isinstance(expr, Gauge | Rate):
+    if isinstance(expr, Gauge | Rate | Count):
         yield expr.family
+    elif isinstance(expr, Scale):
+        yield from families_of(expr.value)
     elif isinstance(expr, Ratio):
         yield from families_of(expr.numerator)
         yield from families_of(expr.denominator)
@@ -149,3 +198,33 @@ def families_of(expr: Expr) -> Iterator[Family]:
     elif isinstance(expr, When | Unless):
         yield from families_of(expr.value)
         yield from families_of(expr.condition)
+
+
+def _children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, Ratio):
+        return (expr.numerator, expr.denominator)
+    if isinstance(expr, Product):
+        return (expr.left, expr.right)
+    if isinstance(expr, Inverse | Positive | Zero | Scale):
+        return (expr.value,)
+    if isinstance(expr, When | Unless):
+        return (expr.value, expr.condition)
+    if isinstance(expr, Total):
+        return expr.parts
+    if isinstance(expr, First):
+        return expr.choices
+    return ()
+
+
+def refs_of(expr: Expr) -> tuple[str, ...]:
+    """The signals an expression refers to (``Ref``), in order."""
+    if isinstance(expr, Ref):
+        return (expr.signal,)
+    return tuple(ref for child in _children(expr) for ref in refs_of(child))
+
+
+def params_of(expr: Expr) -> tuple[str, ...]:
+    """The config parameters an expression reads (``Param``; references not followed)."""
+    if isinstance(expr, Param):
+        return (expr.name,)
+    return tuple(name for child in _children(expr) for name in params_of(child))

@@ -22,22 +22,27 @@ from dataclasses import dataclass
 from typing import Literal
 
 from collectors.signal_expr import (
+    Count,
     Expr,
     Family,
     First,
     Gauge,
     Inverse,
+    Param,
     Positive,
     Product,
     Rate,
     Ratio,
     Ref,
+    Scale,
     Total,
     Unless,
     When,
     Zero,
     families_of,
     mean,
+    params_of,
+    refs_of,
 )
 
 # Completion-counted rates span at least this long in the direct source (the Prometheus source's rate window
@@ -54,28 +59,36 @@ Plain = Literal["as computed", "one", "unknown", "recomputed"]
 __all__ = [
     "BY_NAME",
     "COMPLETION_WINDOW_S",
+    "GPU_COUNT_APPROXIMATION",
+    "GPU_SIGNALS",
     "PROMQL_APPROXIMATION",
     "SIGNALS",
+    "Count",
     "Expr",
     "Family",
     "First",
     "Gauge",
     "Inverse",
+    "Param",
     "Positive",
     "Product",
     "Rate",
     "Ratio",
     "Recording",
     "Ref",
+    "Scale",
     "Signal",
     "Total",
     "Unless",
     "When",
     "Zero",
     "all_families",
+    "config_params",
     "families_of",
     "format_duration",
+    "gpu_families",
     "mean",
+    "params_needed",
     "recordings",
 ]
 
@@ -105,6 +118,12 @@ REQUESTS = Family("num_requests_total", "counter", "0.4.2")  # restarts: resets 
 ITL = Family("inter_token_latency_seconds", "histogram", "0.4.4")
 TTFT = Family("time_to_first_token_seconds", "histogram", "0.3.6")
 QUEUE_TIME = Family("queue_time_seconds", "histogram", "0.5.3")
+
+# The DCGM exporter's fields (dcgm-exporter's default counters), one series per GPU: summed (watts, joules)
+# or averaged (utilization) over the server's GPUs.
+GPU_POWER = Family("DCGM_FI_DEV_POWER_USAGE", "gauge", "dcgm", exposer="dcgm")
+GPU_ENERGY = Family("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "dcgm", exposer="dcgm")  # mJ
+GPU_UTIL = Family("DCGM_FI_DEV_GPU_UTIL", "gauge", "dcgm", exposer="dcgm")  # %
 
 NOTHING_RUNNING = Zero(Gauge(RUNNING, "sum"))
 # The decode-log window's mean keeps its last value while the server idles: trust it only while busy.
@@ -360,7 +379,100 @@ SIGNALS: tuple[Signal, ...] = (
     ),
 )
 
+# Output tokens per GPU-hour priced: $ per million tokens = price × GPUs / (tok/s × 3600 s/h / 1e6).
+_MILLION_TOKENS_PER_HOUR = 3600.0 / 1e6
+
+GPU_SIGNALS: tuple[Signal, ...] = (
+    Signal(
+        "gpu_count",
+        "GPUs",
+        "GPUs the server runs on (/server_info tp_size × pp_size × dp_size, or the exporter's).",
+        Count(GPU_POWER),
+        "recipe",
+        "no /server_info with tp_size, and no GPU telemetry (targets[].gpu_exporter_url) for the server",
+        record="instance_job:dcgm_gpus:count",
+        fallbacks=(
+            "/server_info: tp_size × pp_size × dp_size (dp_size not counted under enable_dp_attention, "
+            "where the DP ranks share the TP GPUs)",
+            "else the number of GPU series the DCGM exporter shows for the server",
+        ),
+    ),
+    Signal(
+        "gpu_power_w",
+        "watts",
+        "Power of the server's GPUs: the energy counter's rate (mJ/s ÷ 1000), else the power gauges, summed.",
+        First((Positive(Scale(Rate(GPU_ENERGY), 0.001)), Gauge(GPU_POWER, "sum"))),
+        "counter rate",
+        "no GPU telemetry, the exporter did not answer, or it shows other GPUs than the server's",
+        record="instance_job:dcgm_power_watts:rate{w}",
+        fallbacks=(
+            "rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION) / 1000 summed over the server's GPUs, when > 0 "
+            "(the mean over the window, as the tokens are counted)",
+            "else DCGM_FI_DEV_POWER_USAGE summed (the exporter's instantaneous reading)",
+        ),
+    ),
+    Signal(
+        "gpu_util",
+        "ratio",
+        "GPU utilization, 0-1: DCGM_FI_DEV_GPU_UTIL averaged over the server's GPUs.",
+        Scale(Gauge(GPU_UTIL, "avg"), 0.01),
+        "gauge snapshot",
+        "no GPU telemetry, or the exporter lacks DCGM_FI_DEV_GPU_UTIL",
+        record="instance_job:dcgm_gpu_utilization:avg",
+    ),
+    Signal(
+        "tokens_per_joule",
+        "tokens/J",
+        "Output tokens per joule of GPU energy: output_tok_s / gpu_power_w (0 while idle: energy spent, "
+        "no tokens).",
+        Ratio(Ref("output_tok_s"), Ref("gpu_power_w")),
+        "derived",
+        "output_tok_s or gpu_power_w unknown",
+        record="instance_job:sglang_output_tokens_per_joule:ratio{w}",
+    ),
+    Signal(
+        "joules_per_token",
+        "J/token",
+        "GPU energy per output token: gpu_power_w / output_tok_s.",
+        Ratio(Ref("gpu_power_w"), Ref("output_tok_s")),
+        "derived",
+        "gpu_power_w unknown, or nothing generated (idle: never infinite)",
+        record="instance_job:sglang_joules_per_output_token:ratio{w}",
+    ),
+    Signal(
+        "output_tok_s_per_gpu",
+        "tokens/s",
+        "Decode throughput per GPU: output_tok_s / gpu_count (the fleet's lane of the recipes' Pareto).",
+        Ratio(Ref("output_tok_s"), Ref("gpu_count")),
+        "derived",
+        "output_tok_s or gpu_count unknown",
+        record="instance_job:sglang_output_tokens_per_second_per_gpu:ratio{w}",
+    ),
+    Signal(
+        "usd_per_million_tokens",
+        "USD",
+        "Cost of a million output tokens: cost.gpu_hour_usd × gpu_count / (output_tok_s × 3600) × 1e6.",
+        Ratio(
+            Product(Param("gpu_hour_usd"), Ref("gpu_count")),
+            Scale(Ref("output_tok_s"), _MILLION_TOKENS_PER_HOUR),
+        ),
+        "derived",
+        "no price (cost.gpu_hour_usd), gpu_count unknown, or nothing generated (idle: never infinite)",
+        record="instance_job:sglang_usd_per_million_output_tokens:ratio{w}",
+    ),
+)
+SIGNALS = SIGNALS + GPU_SIGNALS
+
 BY_NAME: dict[str, Signal] = {signal.name: signal for signal in SIGNALS}
+
+# Where the PromQL renderings count GPUs differently from the sources (said once, quoted by the docs).
+GPU_COUNT_APPROXIMATION = (
+    "PromQL counts a server's GPUs as the DCGM series joined to its node (prometheus.node_label = "
+    "prometheus.gpu_node_label); the Prometheus source then prefers /server_info's count as the direct "
+    "source does, and leaves the GPU figures unknown when the node shows more GPUs than the server uses. "
+    "The recording rules cannot read /server_info: on a node shared by several servers they record the "
+    "node's GPUs for each, unless the join label tells the servers apart (a pod label under Kubernetes)."
+)
 
 # The one approximation every PromQL rendering shares (said once here, quoted by each rendering).
 PROMQL_APPROXIMATION = (
@@ -378,12 +490,39 @@ EXTRA_FAMILIES: tuple[Family, ...] = (REQUESTS,)
 
 
 def all_families() -> tuple[Family, ...]:
-    """Every family a signal reads, once, in catalogue order."""
+    """Every SGLang family a signal reads, once, in catalogue order (what /metrics is read for)."""
     seen: dict[str, Family] = {}
     for signal in SIGNALS:
         for family in signal.families:
-            seen.setdefault(family.name, family)
+            if family.exposer == "sglang":
+                seen.setdefault(family.name, family)
     return tuple(seen.values())
+
+
+def gpu_families() -> tuple[Family, ...]:
+    """Every DCGM family a signal reads (what the GPU exporter is read for)."""
+    seen: dict[str, Family] = {}
+    for signal in SIGNALS:
+        for family in signal.families:
+            if family.exposer == "dcgm":
+                seen.setdefault(family.name, family)
+    return tuple(seen.values())
+
+
+def config_params(gpu_hour_usd: float | None) -> dict[str, float | None]:
+    """The numbers the catalogue's ``Param`` nodes read (``cost.gpu_hour_usd``), by name."""
+    return {"gpu_hour_usd": gpu_hour_usd}
+
+
+def params_needed(name: str) -> frozenset[str]:
+    """The config parameters a signal reads, through the signals it refers to."""
+    expr = BY_NAME[name].expr
+    if expr is None:
+        return frozenset()
+    found = set(params_of(expr))
+    for ref in refs_of(expr):
+        found |= params_needed(ref)
+    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)

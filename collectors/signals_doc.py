@@ -39,7 +39,15 @@ def _notation(expr: node.Expr) -> tuple[str, int]:
         return text if binds > parent or binds == _ATOM else f"({text})"
 
     if isinstance(expr, node.Gauge):
+        if expr.family.exposer == "dcgm":  # per GPU: summed or averaged over the server's GPUs
+            return f"{expr.how}({_family(expr.family)})", _ATOM
         return _family(expr.family), _ATOM
+    if isinstance(expr, node.Count):
+        return f"count({_family(expr.family)})", _ATOM
+    if isinstance(expr, node.Param):
+        return f"cost.{expr.name}", _ATOM
+    if isinstance(expr, node.Scale):
+        return f"{inner(expr.value, _TIMES)} × {expr.factor:g}", _TIMES
     if isinstance(expr, node.Rate):
         return f"rate({_family(expr.family, expr.part)})", _ATOM
     if isinstance(expr, node.Ref):

@@ -48,9 +48,16 @@ def make_source(
     """The source ``config.source`` names."""
     if config.source == "direct":
         from collectors.direct.direct_source import DirectSource
+        from collectors.signals import config_params
         from collectors.slo import build_slos, slis
 
-        return DirectSource(config.scrape, targets, clock=clock, slis=slis(build_slos(config)))
+        return DirectSource(
+            config.scrape,
+            targets,
+            clock=clock,
+            slis=slis(build_slos(config)),
+            params=config_params(config.cost.gpu_hour_usd),
+        )
     if config.source == "prometheus":
         from collectors.prometheus.promql_source import PrometheusSource
 

@@ -83,8 +83,34 @@ class Target(_Settings):
     probe: bool = Field(
         False, description="Send this server active probes (POST /generate) when probes.enabled is on."
     )
+    gpu_exporter_url: str | None = Field(
+        None,
+        description="The node's DCGM exporter (http://host:9400), scraped beside /metrics for GPU power and "
+        "energy; null: no GPU telemetry.",
+    )
+    gpu_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Regexes on the exporter's labels picking this server's GPUs on a shared node, e.g. "
+        '{gpu: "0|1"} or {pod: "k3-east-0"}; empty: every GPU the exporter shows.',
+    )
 
     _url = field_validator("url")(_check_http_url)
+
+    @field_validator("gpu_exporter_url")
+    @classmethod
+    def _exporter_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value)
+
+    @field_validator("gpu_labels")
+    @classmethod
+    def _label_regexes(cls, labels: dict[str, str]) -> dict[str, str]:
+        # Checked at load: a bad pattern would otherwise make every cycle's GPU reading unknown.
+        for name, pattern in labels.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"regular expressions ({name}: {exc})") from None
+        return labels
 
     @field_validator("labels")
     @classmethod
@@ -240,8 +266,34 @@ class PrometheusSettings(_Settings):
         False,
         description="History reads the series of `export-recording-rules` (load them into Prometheus first).",
     )
+    gpu_selector: str = Field(
+        "",
+        description='Label matchers picking the DCGM exporters\' series (DCGM_FI_DEV_*), e.g. job="dcgm".',
+    )
+    node_label: str = Field(
+        "instance",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Label of the SGLang series naming the node its GPUs are on (instance: its host, port "
+        "dropped).",
+    )
+    gpu_node_label: str = Field(
+        "Hostname",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Label of the DCGM series naming their node, joined to node_label (instance: the "
+        "exporter's host, port dropped).",
+    )
 
     _url = field_validator("url")(_check_http_url)
+
+
+class CostSettings(_Settings):
+    gpu_hour_usd: float | None = Field(
+        None,
+        gt=0,
+        le=10_000,
+        description="What one GPU-hour costs, USD: $ per million output tokens = price × GPUs ÷ output "
+        "tok/s; null: cost unknown.",
+    )
 
 
 class SimSettings(_Settings):
@@ -484,6 +536,9 @@ class Config(_Settings):
     )
     slos: tuple[SloSettings, ...] = Field(
         (), description="Service-level objectives: error budgets and burn-rate alerts (docs/slo.md)."
+    )
+    cost: CostSettings = Field(
+        default_factory=CostSettings, description="Prices: cost per output token (docs/collectors.md)."
     )
 
     @field_validator("targets")

@@ -13,6 +13,7 @@ import logging
 import resource
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,10 @@ class SimFleet:
         seed: int = 0,
         base_port: int = 0,
         host: str = "127.0.0.1",
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        """``clock``: simulated seconds from this function instead of wall time × speed (tests that freeze
+        time, so what two readers see over HTTP is the same instant)."""
         if not 0 < speed <= 10_000:
             raise ValueError(f"speed must be in (0, 10000] simulated seconds per wall second, not {speed}")
         if servers is not None and not 1 <= servers <= 5000:
@@ -47,6 +51,7 @@ class SimFleet:
         self.scenario: Scenario = load_scenario(scenario)
         self.speed, self.seed, self.host = speed, seed, host
         self._t0: float | None = None
+        self._clock = clock
         specs = expand_servers(self.scenario, servers)
         if base_port and not 1024 <= base_port <= 65536 - 2 * len(specs):
             raise ValueError(
@@ -79,7 +84,9 @@ class SimFleet:
 
     # -- time and lookup -------------------------------------------------------------------------------------
     def sim_time_s(self) -> float:
-        """Simulated seconds since start() (0 before it)."""
+        """Simulated seconds since start() (0 before it), or the ``clock`` given."""
+        if self._clock is not None:
+            return self._clock()
         return 0.0 if self._t0 is None else (time.monotonic() - self._t0) * self.speed
 
     @property

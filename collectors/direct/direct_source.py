@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from collectors.derive import CounterState, derive_signals, detect_reset, is_restart
+from collectors.direct.gpu_scrape import ExporterClient, check_count, compile_selection, read_gpus
 from collectors.direct.metrics_reader import sample_plan
 from collectors.direct.scrape import METRICS_PATH, Fetcher, metrics_path, scrape_metrics_async
 from collectors.errors import ScrapeError, ScrapeTimeout
@@ -45,6 +47,16 @@ class _TargetState:
     recipe_error: str | None = None
     timed_out: bool = False
     slo_values: dict[str, float] | None = None  # the SLIs' cumulative samples at the previous scrape
+    # The node's DCGM exporter as a target of its own (no bearer token: another service), and the regexes
+    # picking this server's GPUs there; None: no GPU telemetry configured.
+    exporter: Target | None = None
+    gpu_select: dict[str, re.Pattern[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        url = self.target.gpu_exporter_url
+        if url is not None:
+            self.exporter = Target(name=self.target.name, url=url)
+            self.gpu_select = compile_selection(self.target)
 
 
 class DirectSource:
@@ -60,11 +72,15 @@ class DirectSource:
         environ: dict[str, str] | None = None,
         rate_clock: Callable[[], float] | None = None,
         slis: Sequence[Sli] = (),
+        params: Mapping[str, float | None] | None = None,
     ) -> None:
         """``clock`` stamps snapshots (wall time); ``monotonic`` times deadlines; ``rate_clock`` (default
         ``monotonic``) times the windows rates divide by, so a wall-clock step never bends a rate. ``slis``
-        are counted per scrape (``TargetSnapshot.slo_events``): their buckets and counters are read too."""
+        are counted per scrape (``TargetSnapshot.slo_events``): their buckets and counters are read too.
+        ``params`` are the config's numbers the catalogue reads (``signals.config_params``: the GPU-hour
+        price)."""
         self._settings = settings
+        self._params = dict(params or {})
         self._slis = tuple(slis)
         self._counters = tuple((sli, sli.key, counter_for(sli)) for sli in self._slis)
         extra = {name: kind for sli in self._slis for name, kind in sli.samples().items()}
@@ -78,6 +94,7 @@ class DirectSource:
                 "path can impersonate them (and read their bearer tokens)"
             )
         self._fetcher = Fetcher(settings, monotonic=monotonic, environ=environ)
+        self._gpu_client = ExporterClient(settings, monotonic=monotonic, environ=environ)
         self._clock = clock
         self._monotonic = monotonic
         self._states: dict[str, _TargetState] = {}
@@ -155,14 +172,34 @@ class DirectSource:
     async def _scrape(self, state: _TargetState, started: float) -> TargetSnapshot:
         target = state.target
         deadline = started + self._settings.timeout_s
+        # The GPUs' exporter is asked at the same time, under the same deadline; it never decides up/down.
+        gpus = (
+            asyncio.ensure_future(
+                read_gpus(
+                    self._gpu_client,
+                    state.exporter,
+                    state.gpu_select,
+                    deadline=deadline,
+                    max_samples=self._settings.max_samples,
+                )
+            )
+            if state.exporter is not None
+            else None
+        )
         try:
             exposition, _ = await scrape_metrics_async(
                 self._fetcher, target, deadline=deadline, plan=self._plan, path=self._path
             )
         except ScrapeError as exc:
+            if gpus is not None:
+                gpus.cancel()  # a down server has no signals: its GPUs' answer would go unread
             state.timed_out = isinstance(exc, ScrapeTimeout)
             state.recipe_due = 0.0  # it may come back as a restarted server: re-read its recipe then
             return self._down(state, started, str(exc))
+        except BaseException:
+            if gpus is not None:
+                gpus.cancel()
+            raise
         state.timed_out = False
         ts = self._clock()
 
@@ -184,12 +221,26 @@ class DirectSource:
         if self._monotonic() >= state.recipe_due:
             await self._refresh_recipe(state, deadline)
 
+        values: Mapping[str, float] = exposition.values
+        gpu_problem: str | None = None
+        if gpus is not None and state.exporter is not None:
+            answer = check_count(
+                await gpus,
+                state.recipe.gpu_count if state.recipe is not None else None,
+                f"{state.exporter.url}/metrics",
+                bool(state.gpu_select),
+            )
+            if answer.reading is not None:
+                values = {**exposition.values, **answer.reading.values}
+            gpu_problem = answer.problem
         # Rates divide by monotonic time: a wall-clock step (NTP) must not become a spike or a negative
         # window.
-        derivation = derive_signals(exposition.values, self._rate_clock(), state.counters, state.recipe)
+        derivation = derive_signals(values, self._rate_clock(), state.counters, state.recipe, self._params)
         state.counters = derivation.state
         slo_events, slo_problems = self._count_slis(state, exposition.values)
         problems = list(exposition.notes[:_MAX_NOTES]) + slo_problems
+        if gpu_problem is not None:
+            problems.append(f"GPU telemetry unknown: {gpu_problem}")
         if counter_note is not None:
             problems.insert(0, counter_note)
         if len(exposition.notes) > _MAX_NOTES:
@@ -239,7 +290,8 @@ class DirectSource:
                 {
                     k: self._fetcher.redact(state.target, v) if isinstance(v, str) else v
                     for k, v in flags.items()
-                }
+                },
+                recipe.gpu_count,
             )
         except ScrapeError as exc:
             state.recipe_error = str(exc).removeprefix(f"{state.target.name}: ")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -76,8 +76,12 @@ class TargetClient:
     """Requests to ``<target.url><path>`` on the process's HTTP loop (keep-alive to every target).
 
     ``fetch`` GETs a whole body (a coroutine on the loop); ``get`` runs it from any other thread and waits;
-    ``send`` opens any other request (a probe's streamed POST) for the caller to read.
+    ``send`` opens any other request (a probe's streamed POST) for the caller to read. A client for another
+    service beside each target (its GPUs' exporter) names its own setting and hints by overriding
+    ``url_setting`` and ``status_hint``.
     """
+
+    url_setting = "the target's url"  # what messages tell a user to check when the address is wrong
 
     def __init__(
         self,
@@ -136,7 +140,7 @@ class TargetClient:
         if known is None:
             route, _, query = path.partition("?")
             shown = safe_url(target.url + route) + ("?…" if query else "")  # messages need no 2 KB of name[]
-            what = What(shown, self._settings.timeout_s, name=target.name)
+            what = What(shown, self._settings.timeout_s, name=target.name, url_setting=self.url_setting)
             url: URL | str
             try:
                 url = URL(target.url + path, encoded=True)  # METRICS_PATH is encoded already: sent as it is
@@ -166,7 +170,7 @@ class TargetClient:
         async with self.send(target, url, what, headers=headers, deadline=deadline) as response:
             status = response.status
             if not 200 <= status < 300:
-                raise self._status_error(response, target, path, what.peer)
+                raise self._status_error(response, target, path, what.peer, self.status_hint)
             body = await read_body(response, self._settings.max_body_bytes, deadline, self._monotonic)
             content_type = response.headers.get("Content-Type", "")
         return Fetched(what.peer, status, content_type, body, self._monotonic() - started)
@@ -196,13 +200,22 @@ class TargetClient:
         )
 
     @staticmethod
+    def status_hint(status: int, path: str, target: Target) -> str:
+        """What to check when ``target`` answers ``path`` with a non-2xx ``status``."""
+        return _status_hint(status, path, target)
+
+    @staticmethod
     def _status_error(
-        response: aiohttp.ClientResponse, target: Target, path: str, shown: str
+        response: aiohttp.ClientResponse,
+        target: Target,
+        path: str,
+        shown: str,
+        hint_of: Callable[[int, str, Target], str] = _status_hint,
     ) -> HTTPStatusError:
         status = response.status
         # The reason phrase and Location are the server's words: capped, and redacted later.
         reason = capped(response.reason or "") or _phrase(status)
-        hint = _status_hint(status, path, target)
+        hint = hint_of(status, path, target)
         location = redirect_target(response)
         if 300 <= status < 400 and location:
             hint += f" (it points to {location})"

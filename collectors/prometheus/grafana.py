@@ -17,7 +17,7 @@ from typing import Any
 
 from collectors.model import RECIPE_FLAGS
 from collectors.prometheus.grafana_slo import is_recorded, slo_rows
-from collectors.prometheus.queries import SignalQueries, recordings, signal_queries
+from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.prometheus.recipe_labels import LABEL_ALIASES
 from collectors.slo import Slo, build_slos
 from config.errors import ConfigError
@@ -126,6 +126,36 @@ GRAPHS: tuple[tuple[str, tuple[Graph, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "Energy and cost (DCGM exporter; cost.gpu_hour_usd)",
+        (
+            Graph(
+                "GPU power",
+                "watt",
+                "Power of each server's GPUs: the rate of DCGM's energy counter, summed over the GPUs of its "
+                "node (prometheus.node_label = gpu_node_label).",
+                (Series("gpu_power_w", "{{instance}}", needs_traffic=False),),
+            ),
+            Graph(
+                "Output tokens per joule",
+                "short",
+                "Output tok/s ÷ GPU watts: 0 while a server idles (energy spent, nothing generated).",
+                (Series("tokens_per_joule", "{{instance}}", needs_traffic=False),),
+            ),
+            Graph(
+                "Cost per million output tokens",
+                "currencyUSD",
+                "cost.gpu_hour_usd × GPUs ÷ output tokens per hour × 1e6; no value while idle.",
+                (Series("usd_per_million_tokens", "{{instance}}"),),
+            ),
+            Graph(
+                "Output tok/s per GPU",
+                "short",
+                "Decode throughput ÷ the server's GPUs (the fleet's lane of the recipes' Pareto).",
+                (Series("output_tok_s_per_gpu", "{{instance}}"),),
+            ),
+        ),
+    ),
 )
 
 # The per-server table: (signal, column, unit, needs traffic).
@@ -140,6 +170,9 @@ TABLE: tuple[tuple[str, str, str, bool], ...] = (
     ("kv_usage", "KV", "percentunit", False),
     ("ttft_s", "TTFT", "s", True),
     ("tpot_s", "TPOT", "s", True),
+    ("gpu_power_w", "GPU W", "watt", False),
+    ("tokens_per_joule", "tok/J", "short", False),
+    ("usd_per_million_tokens", "$/Mtok", "currencyUSD", True),
 )
 
 
@@ -159,7 +192,7 @@ class _Builder:
     def __init__(self, queries: SignalQueries, recipe_label: str) -> None:
         self.queries = queries
         self.recipe_label = recipe_label
-        self.records = {r.signal: r.record for r in recordings(queries.rate_window_s)}
+        self.records = {r.signal: r.record for r in queries.recordings()}
 
     def labelled(self, *variables: str) -> str:
         """The raw running-requests series, narrowed by the given template variables."""
@@ -220,6 +253,7 @@ def _graph(builder: _Builder, graph: Graph, panel_id: int, x: int, y: int) -> di
 
 
 def _table(builder: _Builder, panel_id: int, y: int) -> dict[str, Any]:
+    columns = [column for column in TABLE if column[0] in builder.records]  # no price: no cost column
     targets = [
         {
             "refId": chr(ord("A") + i),
@@ -229,10 +263,10 @@ def _table(builder: _Builder, panel_id: int, y: int) -> dict[str, Any]:
             "instant": True,
             "range": False,
         }
-        for i, (signal, _, _, traffic) in enumerate(TABLE)
+        for i, (signal, _, _, traffic) in enumerate(columns)
     ]
     cap = {
-        "refId": chr(ord("A") + len(TABLE)),
+        "refId": chr(ord("A") + len(columns)),
         "datasource": DATASOURCE,
         # The cap and the recipe are labels, not values: show them as columns of the labelled series.
         "expr": f"group by (instance, job, {builder.recipe_label}, max_running_requests) "
@@ -241,14 +275,14 @@ def _table(builder: _Builder, panel_id: int, y: int) -> dict[str, Any]:
         "instant": True,
         "range": False,
     }
-    rename = {f"Value #{t['refId']}": column for t, (_, column, _, _) in zip(targets, TABLE, strict=True)}
+    rename = {f"Value #{t['refId']}": column for t, (_, column, _, _) in zip(targets, columns, strict=True)}
     overrides = [
         {
             "matcher": {"id": "byName", "options": column},
             "properties": [{"id": "unit", "value": unit}]
             + ([{"id": key, "value": value} for key, value in _no_traffic().items()] if traffic else []),
         }
-        for _, column, unit, traffic in TABLE
+        for _, column, unit, traffic in columns
     ]
     return {
         "id": panel_id,
@@ -281,7 +315,9 @@ def dashboard(
     panels: list[dict[str, Any]] = []
     y = 0
     panel_id = 1
-    for row_title, graphs in GRAPHS:
+    for row_title, every_graph in GRAPHS:
+        # A graph of a series the rules do not record (no price: no cost series) is left out.
+        graphs = [g for g in every_graph if all(s.signal in builder.records for s in g.series)]
         row = {"id": panel_id, "type": "row", "title": row_title, "collapsed": False, "panels": []}
         panels.append({**row, "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
         panel_id, y = panel_id + 1, y + 1
@@ -377,7 +413,7 @@ def check_dashboard(
     the catalogue does not read. An empty list means every query names only series that will exist.
     ``slo:`` series are checked against the SLO groups of ``slos`` (None: anything Sloth's naming allows,
     for a dashboard checked without its SLOs)."""
-    recorded = {r.record for r in recordings(queries.rate_window_s)}
+    recorded = {r.record for r in queries.recordings()}
     read = set(_RAW.findall(" ".join(queries.signals().values()))) | {"num_running_reqs"}
     problems: list[str] = []
     found_any = False

@@ -13,13 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from collectors.derive import apply_plain_decoding, spec_enabled
+from collectors.derive import apply_plain_decoding, apply_server_gpus, spec_enabled
 from collectors.errors import QueryError
 from collectors.model import Event, Recipe, Signals, SourceHealth, TargetSnapshot
 from collectors.prometheus.client import InstantSample, PromClient
 from collectors.prometheus.naming import TargetKey, by_instance, target_names
 from collectors.prometheus.queries import signal_queries
 from collectors.prometheus.recipes import RecipeBook, RecipeFetcher, default_recipe_fetcher
+from collectors.signals import config_params
 from config.settings import Config, Target
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class PrometheusSource:
             raise QueryError("source: prometheus needs a prometheus: {url: ...} section in the config")
         self.config = config
         self.queries = signal_queries(config)
+        self._params = config_params(config.cost.gpu_hour_usd)
         self.client = client if client is not None else PromClient.from_settings(config.prometheus)
         self._clock = clock
         self._book = RecipeBook(
@@ -339,6 +341,11 @@ class PrometheusSource:
             if spec_known and spec_enabled(recipe) is False:
                 # Plain decoding emits one token per request per step (as collectors.derive): step = TPOT.
                 values = apply_plain_decoding(values)
+            if recipe is not None and recipe.gpu_count is not None:
+                # /server_info's GPU count wins over the node's, as in the direct source.
+                values, gpu_problem = apply_server_gpus(values, recipe.gpu_count, self._params)
+                if gpu_problem is not None:
+                    errors.append(gpu_problem)
             info_error = self._book.error(key)
             if recipe is None and info_error is not None:
                 # Labels are the documented fallback; only a recipe known from neither is worth a word.

@@ -14,28 +14,36 @@ from dataclasses import dataclass
 from collectors.signals import (
     BY_NAME,
     PROMQL_APPROXIMATION,
+    Count,
     Expr,
+    Family,
     First,
     Gauge,
     Inverse,
+    Param,
     Positive,
     Product,
     Rate,
     Ratio,
     Recording,
+    Scale,
     Total,
     Unless,
     When,
     Zero,
+    config_params,
     format_duration,
+    params_needed,
     recordings,
 )
 from config.errors import ConfigError
 from config.settings import Config
 
 __all__ = [
+    "NODE",
     "PROMQL_APPROXIMATION",
     "TARGET_LABELS",
+    "MissingParam",
     "Recording",
     "SignalQueries",
     "default_rate_window_s",
@@ -48,21 +56,27 @@ __all__ = [
 
 TARGET_LABELS: tuple[str, ...] = ("instance", "job")
 _BY = "by (instance, job)"
+# The label GPU series and SGLang series meet on (both sides' node, as prometheus.node_label and
+# prometheus.gpu_node_label say); a name of specwatch's own, so it clashes with no label of either.
+NODE = "specwatch_node"
+# An ``instance`` label's host: "10.0.0.5:30000" → 10.0.0.5, "[::1]:9400" → ::1 (label_replace anchors it).
+_HOST_OF_INSTANCE = r"\\[?(.+?)\\]?(?::[0-9]+)?"
 
 # One label matcher: name, operator, double-quoted value (with escapes). Used to check prometheus.selector.
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?")
 
 
-def parse_selector(text: str, source: str = "<config>") -> str:
-    """Check ``prometheus.selector`` and return it without braces (``job="sglang", region=~"eu-.*"``)."""
+def parse_selector(text: str, source: str = "<config>", key: str = "prometheus.selector") -> str:
+    """Check ``prometheus.selector`` (or ``key``) and return it without braces (``job="sglang",
+    region=~"eu-.*"``)."""
     inner = text.strip()
     if inner.startswith("{") and inner.endswith("}"):
         inner = inner[1:-1]
     if not _SELECTOR.fullmatch(inner):
         raise ConfigError(
             source,
-            "prometheus.selector",
+            key,
             'comma-separated label matchers such as job="sglang", region=~"eu-.*"',
             text,
             "values need double quotes; operators are = != =~ !~",
@@ -88,6 +102,10 @@ class SignalQueries:
     gauge_window_s: float | None = None
     narrow: str = ""  # extra matchers on instance/job (a Server page reads one target)
     recorded: bool = False  # read the series recorded by the exported rules instead of raw SGLang series
+    gpu_selector: str = ""  # matchers picking the DCGM exporters' series (prometheus.gpu_selector)
+    node_label: str = "instance"  # the SGLang series' label naming their node (instance: its host)
+    gpu_node_label: str = "Hostname"  # the DCGM series' label naming their node (instance: its host)
+    params: tuple[tuple[str, float | None], ...] = ()  # the config's numbers (cost.gpu_hour_usd)
 
     # -- selectors -----------------------------------------------------------------------------------------
     @property
@@ -148,12 +166,69 @@ class SignalQueries:
         """Window mean of a histogram: rate(_sum) / rate(_count), unknown when nothing was observed."""
         return f"({self.rate(histogram + '_sum')}) / ({self.rate(histogram + '_count')} > 0)"
 
+    # -- the GPUs: DCGM series joined to the server by node -------------------------------------------------
+    def _relabel_node(self, vector: str, label: str) -> str:
+        """``vector`` with the node it is on as ``specwatch_node`` (from ``label``; instance: its host)."""
+        regex = _HOST_OF_INSTANCE if label == "instance" else "(.+)"
+        return f'label_replace({vector}, "{NODE}", "$1", "{label}", "{regex}")'
+
+    def _gpu_series(self, family: Family, extra: str = "") -> str:
+        matchers = [m for m in (self.gpu_selector, extra) if m]
+        if self.gpu_node_label != "instance":
+            matchers.append(f'{self.gpu_node_label}!=""')  # a series naming no node joins no server
+        return f"{family.name}{{{', '.join(matchers)}}}"
+
+    def node_map(self) -> str:
+        """One series per SGLang server (value 1), labelled with the node its GPUs are on."""
+        by, matchers = "instance, job", self.matchers
+        if self.node_label != "instance":
+            by, matchers = f"{by}, {self.node_label}", f'{matchers}, {self.node_label}!=""'
+        servers = f'group by ({by}) ({{__name__=~"sglang[:_]num_running_reqs", {matchers}}})'
+        return self._relabel_node(servers, self.node_label)
+
+    def _on_servers(self, per_node: str) -> str:
+        """A per-node value given to each server on that node (as ``instance``/``job``)."""
+        return f"sum {_BY} (({self.node_map()}) * on ({NODE}) group_left () ({per_node}))"
+
+    def gpu_gauge(self, family: Family, how: str) -> str:
+        """A DCGM gauge summed (or averaged) over the server's node's GPUs."""
+        series = self._gpu_series(family)
+        if self.gauge_window_s is not None:
+            series = f"avg_over_time({series}[{format_duration(self.gauge_window_s)}])"
+        return self._on_servers(f"{how} by ({NODE}) ({self._relabel_node(series, self.gpu_node_label)})")
+
+    def gpu_count(self, family: Family) -> str:
+        """How many GPUs of the server's node report the DCGM field."""
+        series = self._gpu_series(family)
+        if self.gauge_window_s is not None:
+            series = f"last_over_time({series}[{format_duration(self.gauge_window_s)}])"
+        return self._on_servers(f"count by ({NODE}) ({self._relabel_node(series, self.gpu_node_label)})")
+
+    def gpu_rate(self, family: Family) -> str:
+        """A DCGM counter's rate summed over the server's node's GPUs (rate() is reset-safe)."""
+        series = f"rate({self._gpu_series(family)}[{self.window}])"
+        return self._on_servers(f"sum by ({NODE}) ({self._relabel_node(series, self.gpu_node_label)})")
+
     # -- the catalogue rendered as PromQL -------------------------------------------------------------------
     def render(self, expr: Expr) -> str:
-        """One catalogue expression as PromQL (references to other signals inlined)."""
+        """One catalogue expression as PromQL (references to other signals inlined); ``MissingParam`` when
+        it reads a config number that is not set."""
         if isinstance(expr, Gauge):
+            if expr.family.exposer == "dcgm":
+                return self.gpu_gauge(expr.family, "sum" if expr.how == "max" else expr.how)
             return self.gauge(expr.family.name, expr.how)
+        if isinstance(expr, Count):
+            return self.gpu_count(expr.family)
+        if isinstance(expr, Scale):
+            return f"({self.render(expr.value)}) * {expr.factor!r}"
+        if isinstance(expr, Param):
+            value = dict(self.params).get(expr.name)
+            if value is None:
+                raise MissingParam(expr.name)
+            return repr(float(value))
         if isinstance(expr, Rate):
+            if expr.family.exposer == "dcgm":
+                return self.gpu_rate(expr.family)
             extra = ", ".join(f'{label}="{value}"' for label, value in expr.family.match)
             return self.rate(expr.family.name + expr.part, extra)
         if isinstance(expr, Ratio):
@@ -183,11 +258,18 @@ class SignalQueries:
             raise ValueError(f"{name} is not read from SGLang's metrics (it comes from the recipe)")
         return self.render(expr)
 
+    def recordings(self) -> tuple[Recording, ...]:
+        """The recorded series this config renders: every catalogue recording but those reading a config
+        number it does not set (no price: no cost series)."""
+        given = {name for name, value in self.params if value is not None}
+        return tuple(r for r in recordings(self.rate_window_s) if params_needed(r.signal) <= given)
+
     def signals(self) -> dict[str, str]:
-        """PromQL per signal name; ``max_running`` is absent because it comes from the recipe."""
+        """PromQL per signal name; ``max_running`` is absent because it comes from the recipe, and signals
+        reading an unset config number (``recordings``) are absent: unknown."""
         if self.recorded:
-            return {r.signal: self._recorded(r.record) for r in recordings(self.rate_window_s)}
-        return {r.signal: self.signal(r.signal) for r in recordings(self.rate_window_s)}
+            return {r.signal: self._recorded(r.record) for r in self.recordings()}
+        return {r.signal: self.signal(r.signal) for r in self.recordings()}
 
     def _recorded(self, record: str) -> str:
         # Recorded series carry only instance and job (the rules already applied the fleet selector), so
@@ -236,6 +318,10 @@ class SignalQueries:
         )
 
 
+class MissingParam(ValueError):
+    """A catalogue expression reads a config number that is not set (rendered nowhere: unknown)."""
+
+
 def rate_window_s(config: Config) -> float:
     """prometheus.rate_window_s, else four scrape intervals and at least a minute."""
     explicit = config.prometheus.rate_window_s if config.prometheus is not None else None
@@ -243,6 +329,17 @@ def rate_window_s(config: Config) -> float:
 
 
 def signal_queries(config: Config, *, source: str = "<config>") -> SignalQueries:
-    """The PromQL builder for this config's selector and rate window (the selector is checked here)."""
-    selector = parse_selector(config.prometheus.selector, source) if config.prometheus is not None else ""
-    return SignalQueries(selector, rate_window_s(config))
+    """The PromQL builder for this config's selector, rate window, GPU join and price (selectors are checked
+    here)."""
+    prometheus = config.prometheus
+    params = tuple(config_params(config.cost.gpu_hour_usd).items())
+    if prometheus is None:
+        return SignalQueries("", rate_window_s(config), params=params)
+    return SignalQueries(
+        parse_selector(prometheus.selector, source),
+        rate_window_s(config),
+        gpu_selector=parse_selector(prometheus.gpu_selector, source, "prometheus.gpu_selector"),
+        node_label=prometheus.node_label,
+        gpu_node_label=prometheus.gpu_node_label,
+        params=params,
+    )

@@ -28,7 +28,7 @@ from collectors.sample_columns import (
 )
 from collectors.store.columns import RawTail, read_fleet, read_latest, read_raw, read_tier
 from collectors.store.connections import ThreadConnections
-from collectors.store.migrate import backfill
+from collectors.store.migrate import add_signal_columns, backfill
 from collectors.store.tiers import (
     MINUTE_TIER,
     TIERS,
@@ -39,7 +39,9 @@ from collectors.store.tiers import (
     upsert_sql,
 )
 
-SCHEMA_VERSION = 2  # 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open)
+# 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open); 3: the GPU and cost
+# signals' columns (added to a version-2 store's tables in place: ``migrate.add_signal_columns``).
+SCHEMA_VERSION = 3
 
 _SIGNAL_COLUMNS = ", ".join(f"{name} REAL" for name in SIGNAL_NAMES)
 
@@ -131,7 +133,9 @@ class SqliteStore:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             connection.execute(statement)
-                    if found is not None:  # an older store: fill the new tables from its raw rows
+                    if found is not None:  # an older store: its tables gain the new signals' columns
+                        add_signal_columns(connection)
+                    if found is not None and found < 2:  # a version-1 store: the tiers from its raw rows
                         backfill(connection, SAMPLE_COLUMNS, self._write_rollups)
                     connection.execute(
                         "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",

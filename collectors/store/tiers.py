@@ -53,12 +53,23 @@ ROLLUP_COLUMNS: tuple[str, ...] = (
 )
 
 
+def signal_column_types(name: str) -> tuple[tuple[str, str], ...]:
+    """One signal's columns in a tier table, with their types. ``DEFAULT 0`` lets a store written before the
+    signal existed gain them in place (``ALTER TABLE ADD COLUMN``): its old buckets then hold no sample of
+    it, a mean of 0 / 0 = unknown."""
+    return (
+        (f"{name}_sum", "REAL NOT NULL DEFAULT 0"),
+        (f"{name}_n", "INTEGER NOT NULL DEFAULT 0"),
+        (f"{name}_min", "REAL"),
+        (f"{name}_max", "REAL"),
+        (f"{name}_last", "REAL"),
+    )
+
+
 def schema_sql(tier: Tier) -> str:
     """CREATE statements of one tier's table and indexes (idempotent)."""
     signal_columns = ", ".join(
-        f"{name}_sum REAL NOT NULL, {name}_n INTEGER NOT NULL, "
-        f"{name}_min REAL, {name}_max REAL, {name}_last REAL"
-        for name in SIGNAL_NAMES
+        f"{column} {kind}" for name in SIGNAL_NAMES for column, kind in signal_column_types(name)
     )
     return f"""
 CREATE TABLE IF NOT EXISTS {tier.table} (

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.collectors.servers import FakeSGLang, refused_url, wait_for
 from tests.loopback import reaped, run_module, start_module
 
@@ -17,6 +19,7 @@ REQUIRED_KEYS = {
     "target", "up", "error", "accept_length", "tpot_s", "step_latency_s", "output_tok_s", "per_request_tok_s",
     "running", "queued", "max_running", "state_pool_usage", "kv_usage", "avg_context_tokens",
     "cache_hit_rate", "recipe", "recipe_id",
+    "gpu_count", "gpu_power_w", "tokens_per_joule", "output_tok_s_per_gpu", "usd_per_million_tokens",
 }  # fmt: skip
 
 
@@ -38,6 +41,7 @@ targets:
   - {{name: k3-east-0, url: "{server.url}", labels: {{deployment: east}}}}
   - {{name: k3-gone, url: "{refused_url()}"}}
 store: {{path: {tmp_path / "history.sqlite"}, retention_h: 1}}
+cost: {{gpu_hour_usd: 2.5}}
 """,
     )
     done = collectors_cli("--config", str(config), "--cycles", "2", "--json")
@@ -56,6 +60,12 @@ store: {{path: {tmp_path / "history.sqlite"}, retention_h: 1}}
     assert live["tpot_s"] is None  # no tokens in the window: unknown, not 0
     assert live["recipe"]["speculative_dspark_block_size"] == 3
     assert live["recipe_id"].startswith("r-")
+    # GPUs from /server_info (tp_size 8), no exporter configured: no power, but tok/s per GPU and the cost.
+    assert live["gpu_count"] == 8
+    assert live["gpu_power_w"] is None
+    assert live["tokens_per_joule"] is None
+    assert live["output_tok_s_per_gpu"] == pytest.approx(3127.55 / 8)
+    assert live["usd_per_million_tokens"] == pytest.approx(2.5 * 8 / (3127.55 * 3600) * 1e6)
     assert gone["up"] is False
     assert "connection refused" in gone["error"]
     assert gone["accept_length"] is None

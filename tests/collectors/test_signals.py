@@ -32,22 +32,27 @@ def test_the_direct_parser_reads_exactly_the_catalogue_families() -> None:
 
 def test_every_promql_signal_reads_only_catalogue_families() -> None:
     names = {family.name for family in all_families()}
-    rendered = SignalQueries("", 60).signals()
+    rendered = SignalQueries("", 60, params=(("gpu_hour_usd", 2.0),)).signals()
     assert set(rendered) == set(SIGNAL_NAMES) - {"max_running"}
+    # Without a price the cost signal is rendered nowhere (unknown), the rest as before.
+    assert set(SignalQueries("", 60).signals()) == set(rendered) - {"usd_per_million_tokens"}
     for signal, expr in rendered.items():
         for family in BY_NAME[signal].families:
             assert family.name in expr, (signal, family.name)
         read = {name for name in names if f'sglang[:_]{name}"' in expr or f"sglang:{name}{{" in expr}
-        assert read <= {f.name for f in BY_NAME[signal].families} | _referenced(signal), (signal, read)
+        allowed = {f.name for f in BY_NAME[signal].families} | _referenced(signal)
+        if any(name.startswith("DCGM_") for name in allowed):
+            allowed.add("num_running_reqs")  # the node join: one series per server, labelled with its node
+        assert read <= allowed, (signal, read)
 
 
 def _referenced(signal: str) -> set[str]:
     """Families of the signals ``signal`` refers to (inlined in its PromQL)."""
-    from collectors.derive import _refs
+    from collectors.signal_expr import refs_of
 
     expr = BY_NAME[signal].expr
     out: set[str] = set()
-    for ref in _refs(expr) if expr is not None else ():
+    for ref in refs_of(expr) if expr is not None else ():
         out |= {f.name for f in BY_NAME[ref].families} | _referenced(ref)
     return out
 

@@ -30,20 +30,36 @@ def skip_without(binary: str | None, name: str) -> None:
         pytest.skip(f"{name} is not installed (apt-get install {name}); .ci/run installs it")
 
 
-def start_engine(kind: str, workdir: Path, jobs: dict[str, list[str]]) -> Engine:
-    """Prometheus or VictoriaMetrics scraping ``jobs`` (job -> host:port targets) every second.
+def start_engine(
+    kind: str, workdir: Path, jobs: dict[str, list[str]], labels: dict[str, dict[str, str]] | None = None
+) -> Engine:
+    """Prometheus or VictoriaMetrics scraping ``jobs`` (job -> host:port targets) every second, ``labels``
+    added to the targets named there.
 
     Prometheus also evaluates specwatch's recording rules (for job "sglang" and the tests' 4 s window) every
     second; VictoriaMetrics needs vmalert for rules, so it has none.
     """
+    config = scrape_config(jobs, labels=labels)
     if kind == "prometheus":
         skip_without(PROMETHEUS, "prometheus")
         workdir.mkdir(parents=True, exist_ok=True)
         rules = workdir / "specwatch-rules.yml"
         rules.write_text(render_rules(source_config("http://127.0.0.1:9")))
-        return start_prometheus(workdir, scrape_config(jobs), rule_files=[rules])
+        return start_prometheus(workdir, config, rule_files=[rules])
     skip_without(VICTORIA, "victoria-metrics")
-    return start_victoria(workdir, scrape_config(jobs))
+    return start_victoria(workdir, config)
+
+
+# How the tests' engines join the simulated GPUs to their servers: each server's target carries the label
+# ``node`` (as service discovery would set it), each exporter's series its ``Hostname`` (the server's name in
+# the simulator), and only the ``dcgm`` job's series are GPU series.
+GPU_JOIN = {"gpu_selector": 'job="dcgm"', "node_label": "node", "gpu_node_label": "Hostname"}
+
+
+def gpu_jobs(fleet: SimFleet) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The fleet's DCGM exporters (host:port) and the ``node`` label of each server's target."""
+    exporters = [urlsplit(s.gpu_exporter_url).netloc for s in fleet.servers]
+    return exporters, {netloc(s.target): {"node": s.name} for s in fleet.servers}
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +98,16 @@ def golden_engine(
     second, waited on until every target has been scraped a few times."""
     labelled, flaky = golden_servers
     sim = [netloc(t) for t in sim_fleet.targets]
+    exporters, nodes = gpu_jobs(sim_fleet)
     workdir = tmp_path_factory.mktemp(request.param)
-    engine = start_engine(request.param, workdir, {"sglang": [labelled.netloc, flaky.netloc], "sim": sim})
+    jobs = {"sglang": [labelled.netloc, flaky.netloc], "sim": sim, "dcgm": exporters}
+    engine = start_engine(request.param, workdir, jobs, nodes)
     everyone = str(2 + len(sim))
     try:
-        engine.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == everyone, 30)
+        engine.wait_for('count(up{job!="dcgm"} == 1)', lambda r: bool(r) and r[0]["value"][1] == everyone, 30)
+        engine.wait_for(
+            "count(DCGM_FI_DEV_POWER_USAGE)", lambda r: bool(r) and r[0]["value"][1] == str(2 * len(sim)), 30
+        )
         engine.wait_for(
             'count({__name__=~"sglang[:_]num_running_reqs"})',
             lambda r: bool(r) and r[0]["value"][1] == everyone,

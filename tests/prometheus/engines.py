@@ -28,14 +28,27 @@ VICTORIA = shutil.which("victoria-metrics")
 PROMTOOL = shutil.which("promtool")
 
 
-def scrape_config(jobs: dict[str, Sequence[str]], *, interval_s: float = 1.0) -> dict[str, Any]:
+def scrape_config(
+    jobs: dict[str, Sequence[str]],
+    *,
+    interval_s: float = 1.0,
+    labels: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """A scrape config both engines accept (VictoriaMetrics rejects unknown keys such as rule_files);
-    ``jobs`` maps a job name to its targets (host:port)."""
+    ``jobs`` maps a job name to its targets (host:port); ``labels`` gives a target labels of its own (the
+    node its GPUs are on, as a fleet's service discovery would)."""
     interval = f"{int(interval_s * 1000)}ms"
+    labels = labels or {}
+
+    def static(targets: Sequence[str]) -> list[dict[str, Any]]:
+        plain = [t for t in targets if t not in labels]
+        groups: list[dict[str, Any]] = [{"targets": plain}] if plain else []
+        return groups + [{"targets": [t], "labels": labels[t]} for t in targets if t in labels]
+
     return {
         "global": {"scrape_interval": interval, "scrape_timeout": interval},
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": list(targets)}]} for job, targets in jobs.items()
+            {"job_name": job, "static_configs": static(targets)} for job, targets in jobs.items()
         ],
     }
 
@@ -241,8 +254,11 @@ def source_config(
     rate_window_s: float = 4.0,
     interval_s: float = 1.0,
     timeout_s: float = 5.0,
+    gpus: dict[str, str] | None = None,
+    gpu_hour_usd: float | None = None,
 ) -> Config:
-    """A ``source: prometheus`` config; ``targets`` (name/url pairs or Targets) name discovered instances."""
+    """A ``source: prometheus`` config; ``targets`` (name/url pairs or Targets) name discovered instances;
+    ``gpus`` the GPU join (``prometheus.gpu_selector``, ``node_label``, ``gpu_node_label``)."""
     return parse_config(
         {
             "source": "prometheus",
@@ -255,7 +271,9 @@ def source_config(
                 "selector": selector,
                 "rate_window_s": rate_window_s,
                 "timeout_s": timeout_s,
+                **(gpus or {}),
             },
+            "cost": {"gpu_hour_usd": gpu_hour_usd},
         }
     )
 

@@ -15,7 +15,9 @@ import pytest
 from collectors.prometheus.grafana import NO_TRAFFIC, check_dashboard, dashboard, queries_of
 from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.prometheus.recording_rules import render_rules
+from sim import gpu
 from sim.fleet import SimFleet
+from tests.prometheus.conftest import GPU_JOIN, gpu_jobs
 from tests.prometheus.engines import Engine, StaticServer, source_config, start_prometheus
 from tests.prometheus.golden import EXTRA_LABELS
 
@@ -102,9 +104,17 @@ def _unanswered(engine: Engine, board: dict[str, Any], idle: str) -> Iterator[st
 def test_every_panel_query_returns_data_from_prometheus_with_the_recording_rules(
     sim_fleet: SimFleet, golden_text: str, tmp_path: Path
 ) -> None:
-    # The idle stand-in: SGLang's gauges keep their last busy values, but nothing runs.
+    # The idle stand-in: SGLang's gauges keep their last busy values, but nothing runs; its GPUs idle.
     idle = StaticServer(re.sub(r"(sglang:num_running_reqs\{[^}]*\}) \S+", r"\1 0.0", golden_text).encode())
-    config = source_config("http://127.0.0.1:9", selector='job="sglang"', rate_window_s=4.0)
+    idle_gpus = StaticServer(
+        gpu.render(
+            gpu.GpuIdentity("idle-node", 2, "idle"), gpu.Reading(gpu.idle_power_w(), 9e8, 0.0, 0.0), 0.9
+        )
+    )
+    # The GPUs are joined by node (GPU_JOIN), and cost is priced: every energy and cost panel has data.
+    config = source_config(
+        "http://127.0.0.1:9", selector='job="sglang"', rate_window_s=4.0, gpus=GPU_JOIN, gpu_hour_usd=2.5
+    )
     queries = signal_queries(config)
     rules = tmp_path / "recording.yml"
     rules.write_text(render_rules(config), encoding="utf-8")
@@ -115,19 +125,28 @@ def test_every_panel_query_returns_data_from_prometheus_with_the_recording_rules
             "labels": {
                 "deployment": s.deployment,
                 "speculative_dspark_block_size": str(s.recipe.get("speculative_dspark_block_size")),
+                "node": s.name,
             },
         }
         for s in sim_fleet.servers
     ]
-    static.append({"targets": [idle.netloc], "labels": {"deployment": EXTRA_LABELS["deployment"]}})
+    static.append(
+        {"targets": [idle.netloc], "labels": {"deployment": EXTRA_LABELS["deployment"], "node": "idle-node"}}
+    )
+    exporters, _ = gpu_jobs(sim_fleet)
     scrape = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [{"job_name": "sglang", "static_configs": static}],
+        "scrape_configs": [
+            {"job_name": "sglang", "static_configs": static},
+            {"job_name": "dcgm", "static_configs": [{"targets": [*exporters, idle_gpus.netloc]}]},
+        ],
     }
     engine: Engine = start_prometheus(tmp_path / "prometheus", scrape, rule_files=[rules])
     try:
         board = dashboard(queries)
         assert check_dashboard(board, queries) == []
+        titles = {p["title"] for p in panels(board)}
+        assert {"GPU power", "Output tokens per joule", "Cost per million output tokens"} <= titles
         deadline = time.monotonic() + 60  # rate windows and histogram means need a few scrapes
         while True:
             problems = list(_unanswered(engine, board, idle.netloc))
@@ -138,3 +157,4 @@ def test_every_panel_query_returns_data_from_prometheus_with_the_recording_rules
     finally:
         engine.stop()
         idle.stop()
+        idle_gpus.stop()

@@ -22,8 +22,8 @@ from collectors.model import SIGNAL_NAMES, TargetSnapshot
 from collectors.prometheus.promql_source import PrometheusSource
 from config import Target, parse_config
 from tests.collectors.bodies import SERVER_INFO, Load, render
-from tests.collectors.servers import FakeSGLang, Handler, send
-from tests.prometheus.conftest import netloc, start_engine
+from tests.collectors.servers import FakeSGLang, Handler, LoopbackServer, send
+from tests.prometheus.conftest import GPU_JOIN, netloc, start_engine
 from tests.prometheus.engines import Engine, side_by_side, source_config
 
 pytestmark = pytest.mark.engines
@@ -64,6 +64,32 @@ class LinearSGLang(FakeSGLang):
         send(handler, body, content_type=content_type)
 
 
+GPU_WATTS = 700.0  # each GPU's steady draw: its energy counter grows by 700 J (700,000 mJ) a second
+PRICE = 2.5  # USD per GPU-hour
+
+
+class LinearDCGM(LoopbackServer):
+    """A node's dcgm-exporter under one server: 8 GPUs (the servers' tp_size) drawing GPU_WATTS each, their
+    energy counters growing linearly with wall time, labelled with the server's name as ``Hostname``."""
+
+    def __init__(self, hostname: str) -> None:
+        self.t0 = time.time()
+        self.hostname = hostname
+        super().__init__({"/metrics": self._metrics})
+
+    def _metrics(self, handler: Handler) -> None:
+        energy_mj = 5e11 + GPU_WATTS * 1000.0 * (time.time() - self.t0)
+        lines = []
+        for gpu in range(int(SERVER_INFO["tp_size"])):
+            labels = f'gpu="{gpu}",UUID="GPU-{self.hostname}-{gpu}",Hostname="{self.hostname}"'
+            lines += [
+                f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} {GPU_WATTS:f}",
+                f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {energy_mj:.0f}",
+                f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} 87",
+            ]
+        send(handler, ("\n".join(lines) + "\n").encode())
+
+
 PLAIN_INFO = dict(SERVER_INFO, speculative_algorithm=None, max_running_requests=570)
 SERVERS: dict[str, tuple[Load, dict[str, Any], bool]] = {
     "steady": (Load(), SERVER_INFO, True),
@@ -100,17 +126,32 @@ def servers() -> Iterator[dict[str, LinearSGLang]]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def exporters(servers: dict[str, LinearSGLang]) -> Iterator[dict[str, LinearDCGM]]:
+    started = {name: LinearDCGM(name) for name in servers}
+    yield started
+    for exporter in started.values():
+        exporter.stop()
+
+
 @pytest.fixture(scope="module", params=["prometheus", "victoria-metrics"])
 def engine(
-    request: pytest.FixtureRequest, servers: dict[str, LinearSGLang], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    servers: dict[str, LinearSGLang],
+    exporters: dict[str, LinearDCGM],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Engine]:
     targets = [netloc(Target(name=name, url=server.url)) for name, server in servers.items()]
-    engine = start_engine(request.param, tmp_path_factory.mktemp(request.param), {"parity": targets})
+    nodes = {netloc(Target(name=name, url=s.url)): {"node": name} for name, s in servers.items()}
+    gpus = [netloc(Target(name=name, url=exporter.url)) for name, exporter in exporters.items()]
+    workdir = tmp_path_factory.mktemp(request.param)
+    engine = start_engine(request.param, workdir, {"parity": targets, "dcgm": gpus}, nodes)
     try:
         everyone = str(len(targets))
         engine.wait_for(
             'count(up{job="parity"} == 1)', lambda r: bool(r) and r[0]["value"][1] == everyone, 30
         )
+        engine.wait_for('count(up{job="dcgm"} == 1)', lambda r: bool(r) and r[0]["value"][1] == everyone, 30)
         # rate() over the window needs the window full of samples for every server.
         engine.wait_for(
             f'min(count_over_time(up{{job="parity"}}[{int(WINDOW_S)}s]))',
@@ -122,25 +163,37 @@ def engine(
         engine.stop()
 
 
-def _targets(servers: dict[str, LinearSGLang]) -> list[Target]:
-    return [Target(name=name, url=server.url) for name, server in servers.items()]
+def _targets(servers: dict[str, LinearSGLang], exporters: dict[str, LinearDCGM]) -> list[Target]:
+    return [
+        Target(name=name, url=server.url, gpu_exporter_url=exporters[name].url)
+        for name, server in servers.items()
+    ]
 
 
-def _both(engine: Engine, servers: dict[str, LinearSGLang]) -> tuple[dict[str, TargetSnapshot], ...]:
-    targets = _targets(servers)
+def _both(
+    engine: Engine, servers: dict[str, LinearSGLang], exporters: dict[str, LinearDCGM]
+) -> tuple[dict[str, TargetSnapshot], ...]:
+    targets = _targets(servers, exporters)
     settings = parse_config(
         {"scrape": {"interval_s": 1, "timeout_s": 1}, "targets": [t.model_dump() for t in targets]}
     ).scrape
     prometheus = PrometheusSource(
-        source_config(engine.url, targets, selector='job="parity"', rate_window_s=WINDOW_S)
+        source_config(
+            engine.url,
+            targets,
+            selector='job="parity"',
+            rate_window_s=WINDOW_S,
+            gpus=GPU_JOIN,
+            gpu_hour_usd=PRICE,
+        )
     )
-    return side_by_side(DirectSource(settings, targets), prometheus, WINDOW_S)
+    return side_by_side(DirectSource(settings, targets, params={"gpu_hour_usd": PRICE}), prometheus, WINDOW_S)
 
 
 def test_direct_and_prometheus_agree_on_every_signal(
-    engine: Engine, servers: dict[str, LinearSGLang]
+    engine: Engine, servers: dict[str, LinearSGLang], exporters: dict[str, LinearDCGM]
 ) -> None:
-    direct, prometheus = _both(engine, servers)
+    direct, prometheus = _both(engine, servers, exporters)
     assert set(direct) == set(prometheus) == set(SERVERS)
     disagreements: list[str] = []
     compared: set[str] = set()
@@ -173,6 +226,17 @@ def test_direct_and_prometheus_agree_on_every_signal(
         assert idle.cache_hit_rate is None
         assert idle.accept_length is None
         assert snapshots["plain"].signals.accept_length == 1.0
+        # The GPUs: 8 at 700 W each (the energy counter's rate), tokens per joule = decode tok/s ÷ watts.
+        assert steady.gpu_count == 8
+        assert steady.gpu_power_w == pytest.approx(8 * GPU_WATTS, rel=REL_TOLERANCE)
+        assert steady.tokens_per_joule == pytest.approx(
+            RATES["realtime_decode"] / (8 * GPU_WATTS), rel=REL_TOLERANCE
+        )
+        assert steady.usd_per_million_tokens == pytest.approx(
+            PRICE * 8 / (RATES["realtime_decode"] * 3600) * 1e6, rel=REL_TOLERANCE
+        )
+        assert idle.tokens_per_joule == 0.0
+        assert idle.usd_per_million_tokens is None
 
 
 def test_the_rule_file_records_what_the_source_reads(tmp_path: Path) -> None:

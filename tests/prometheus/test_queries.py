@@ -77,7 +77,7 @@ def test_the_rate_window_follows_the_scrape_interval_unless_set() -> None:
 
 
 def test_every_signal_has_a_query_except_the_recipe_one() -> None:
-    queries = SignalQueries('job="sglang"', 60).signals()
+    queries = SignalQueries('job="sglang"', 60, params=(("gpu_hour_usd", 2.5),)).signals()
     assert set(queries) == set(SIGNAL_NAMES) - {"max_running"}
     for name, expr in queries.items():
         assert "by (instance, job)" in expr, name

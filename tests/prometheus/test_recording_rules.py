@@ -21,17 +21,27 @@ def _promtool_check(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    ("selector", "window_s"),
-    [("", None), ('job="sglang", region=~"eu-.*|us-\\"east\\""', 90.0), ('{cluster!="canary"}', 7.5)],
+    ("selector", "window_s", "gpus", "price"),
+    [
+        ("", None, {}, None),
+        ('job="sglang", region=~"eu-.*|us-\\"east\\""', 90.0, {"gpu_selector": 'job="dcgm"'}, 2.5),
+        ('{cluster!="canary"}', 7.5, {"node_label": "pod", "gpu_node_label": "pod"}, 0.8),
+    ],
 )
-def test_exported_rules_pass_promtool(tmp_path: Path, selector: str, window_s: float | None) -> None:
-    prometheus = {"url": "http://prometheus:9090", "selector": selector, "rate_window_s": window_s}
-    config = parse_config({"source": "prometheus", "prometheus": prometheus})
+def test_exported_rules_pass_promtool(
+    tmp_path: Path, selector: str, window_s: float | None, gpus: dict[str, str], price: float | None
+) -> None:
+    prometheus = {"url": "http://prometheus:9090", "selector": selector, "rate_window_s": window_s, **gpus}
+    config = parse_config({"source": "prometheus", "prometheus": prometheus, "cost": {"gpu_hour_usd": price}})
     path = tmp_path / "rules.yml"
-    path.write_text(render_rules(config))
+    text = render_rules(config)
+    path.write_text(text)
     checked = _promtool_check(path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(recordings(60))} rules found" in checked.stdout
+    # Without a price there is no cost series to record; with one, every signal is recorded.
+    rules = len(recordings(60)) - (price is None)
+    assert f"SUCCESS: {rules} rules found" in checked.stdout
+    assert ("usd_per_million_output_tokens" in text) is (price is not None)
 
 
 def test_every_issue_signal_has_a_recording() -> None:

@@ -22,6 +22,7 @@ from collectors.prometheus.promql_source import PrometheusSource
 from config import Config, parse_config
 from sim.fleet import SimFleet
 from tests.history_frames import read_frame
+from tests.prometheus.conftest import GPU_JOIN
 from tests.prometheus.engines import PROMTOOL, Engine, side_by_side, source_config
 
 pytestmark = pytest.mark.engines
@@ -30,21 +31,33 @@ WINDOW_S = 6.0
 # Both sources see the same servers over (nearly) the same 6 s, but not at the same instants: Prometheus's
 # gauges are up to one scrape (1 s) old and its rates are extrapolated over scrape-aligned windows.
 REL_TOLERANCE = 0.2
+PRICE = 2.5  # USD per GPU-hour
 
 
 def _direct_config(fleet: SimFleet) -> Config:
     return parse_config(
-        {"scrape": {"interval_s": 1, "timeout_s": 1}, "targets": [t.model_dump() for t in fleet.targets]}
+        {
+            "scrape": {"interval_s": 1, "timeout_s": 1},
+            "targets": [t.model_dump() for t in fleet.targets],
+            "cost": {"gpu_hour_usd": PRICE},
+        }
     )
 
 
 def _prometheus_config(engine: Engine, fleet: SimFleet) -> Config:
-    return source_config(engine.url, fleet.targets, selector='job="sim"', rate_window_s=WINDOW_S)
+    return source_config(
+        engine.url,
+        fleet.targets,
+        selector='job="sim"',
+        rate_window_s=WINDOW_S,
+        gpus=GPU_JOIN,
+        gpu_hour_usd=PRICE,
+    )
 
 
 def _both(engine: Engine, fleet: SimFleet) -> tuple[dict[str, TargetSnapshot], dict[str, TargetSnapshot]]:
     """Direct snapshots with rates over the last 6 s, and the Prometheus source's at the same moment."""
-    direct = DirectSource(_direct_config(fleet).scrape, fleet.targets)
+    direct = DirectSource(_direct_config(fleet).scrape, fleet.targets, params={"gpu_hour_usd": PRICE})
     return side_by_side(direct, PrometheusSource(_prometheus_config(engine, fleet)), WINDOW_S)
 
 
@@ -69,6 +82,12 @@ def test_the_prometheus_source_reads_what_the_direct_source_reads(
             assert have == pytest.approx(want, rel=REL_TOLERANCE, abs=1e-9), f"{name} {signal}"
             compared += 1
     assert compared >= 3 * 12  # most signals of every server carried a number
+    # The GPUs, joined by node in PromQL and scraped beside /metrics directly: the same figures.
+    for name, expected in direct.items():
+        got = prometheus[name].signals
+        assert got.gpu_count == expected.signals.gpu_count == 2  # TP 2: /server_info and the exporter agree
+        for signal in ("gpu_power_w", "tokens_per_joule", "output_tok_s_per_gpu", "usd_per_million_tokens"):
+            assert getattr(got, signal) is not None, f"{name} {signal}"
     # The plain (non-speculative) server: one token per step, as the direct source says.
     assert prometheus["k3-steady-plain"].signals.accept_length == 1.0
     shipped, default = prometheus["k3-steady-shipped"].signals, prometheus["k3-steady-default"].signals

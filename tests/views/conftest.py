@@ -24,13 +24,19 @@ class SeedCase:
 
 
 def write_config(
-    path: Path, store_path: Path, *, interval_s: float = 15.0, targets: list[dict[str, object]] | None = None
+    path: Path,
+    store_path: Path,
+    *,
+    interval_s: float = 15.0,
+    targets: list[dict[str, object]] | None = None,
+    gpu_hour_usd: float | None = None,
 ) -> Path:
     config = {
         "source": "direct",
         "scrape": {"interval_s": interval_s, "timeout_s": 3},
         "store": {"path": str(store_path)},
         "targets": targets or [],
+        "cost": {"gpu_hour_usd": gpu_hour_usd},
     }
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
@@ -45,7 +51,9 @@ def seed_case(tmp_path_factory: pytest.TempPathFactory) -> SeedCase:
     configured = [
         {"name": seed_fleet.CONFIGURED_ONLY, "url": "http://127.0.0.1:9", "labels": {"deployment": "west"}}
     ]
-    config_path = write_config(folder / "specwatch.yaml", store_path, targets=configured)
+    config_path = write_config(
+        folder / "specwatch.yaml", store_path, targets=configured, gpu_hour_usd=seed_fleet.PRICE
+    )
     return SeedCase(store_path, config_path, fleet)
 
 

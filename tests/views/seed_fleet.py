@@ -21,6 +21,8 @@ from collectors.model import Event, Recipe, Signals, TargetSnapshot
 from collectors.store.sqlite_store import SqliteStore
 
 STEP_S = 15.0  # sample spacing; the fixture config scrapes every 15 s so "stale" means > 45 s
+PRICE = 2.5  # USD per GPU-hour (the fixture config's cost.gpu_hour_usd)
+GPU_W = 1000.0  # every GPU's power where a server has GPU telemetry
 HISTORY_S = 50 * 60.0  # inside the default 1 h range, and ≤ 300 samples per target (no SQL bucketing)
 BASE_FLAGS: dict[str, object] = {
     "model": "kimi-k3",
@@ -61,8 +63,12 @@ class Load:
     context: float = 9216.0
     ttft_s: float = 0.9
     hit_rate: float | None = None
+    gpus: float = 2.0  # TP 2, as /server_info says
+    gpu_w: float | None = GPU_W  # each GPU's power; None: no GPU telemetry for this server
 
     def signals(self, cap: float) -> Signals:
+        power = self.gpus * self.gpu_w if self.gpu_w is not None else None
+        output = self.output_tok_s
         return Signals(
             accept_length=self.accept,
             tokens_per_verify=self.accept,
@@ -82,7 +88,19 @@ class Load:
             retractions_per_s=0.0,
             ttft_s=self.ttft_s,
             queue_time_s=0.1,
+            gpu_count=self.gpus,
+            gpu_power_w=power,
+            gpu_util=0.9 if power is not None else None,
+            tokens_per_joule=output / power if power is not None else None,
+            joules_per_token=power / output if power is not None and output > 0 else None,
+            output_tok_s_per_gpu=output / self.gpus,
+            usd_per_million_tokens=usd_per_million_tokens(self.gpus, output),
         )
+
+
+def usd_per_million_tokens(gpus: float, output_tok_s: float) -> float | None:
+    """What the collector stores at PRICE: GPUs × price over the tokens of an hour, per million."""
+    return PRICE * gpus / (output_tok_s * 3600.0) * 1e6 if output_tok_s > 0 else None
 
 
 def _at(accept: float, step_s: float, running: float, **kw: float) -> Load:
@@ -114,7 +132,7 @@ BATCH = {
     "k3-batch-16": _at(2.732, 0.0520, 16),
 }
 # Seed §05: radix cache on random-prefix traffic cuts the runnable batch; state slots run out.
-RADIX_LOAD = _at(2.55, 0.20, 12, queued=30, state=0.99, kv=0.12, hit_rate=0.03)
+RADIX_LOAD = replace(_at(2.55, 0.20, 12, queued=30, state=0.99, kv=0.12, hit_rate=0.03), gpu_w=None)
 
 DEPLOYMENT = {"east": "east", "west": "west"}
 CONFIGURED_ONLY = "k3-new-1"

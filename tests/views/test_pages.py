@@ -150,7 +150,7 @@ def test_server_page_shows_the_fraction(seed_case: SeedCase) -> None:
     assert shown["KV cache"] == f"{load.kv * 100:.0f} %"
     assert fx.FIRING[0] in at.warning[0].value
     data = chart_data(at)
-    assert len(data) == 9
+    assert len(data) == 11  # the fraction, latency, load and memory, then energy and cost
     accept = data[0][0]
     assert set(accept["accept_length"].round(3)) == {load.accept}
     assert len(accept) == int(fx.HISTORY_S // fx.STEP_S)  # every sample of the hour, none above the cap

@@ -18,7 +18,7 @@ from analysis.capacity import CapacityThresholds, capacity_frame, fleet_verdict
 from analysis.fraction import MIN_SAMPLES
 from collectors.slo import Slo, build_slos
 from config import ConfigError
-from views import advice_frames, analysis_charts, blocks, chart_style, data, formatting, time_charts
+from views import advice_frames, analysis_charts, blocks, chart_style, data, energy, formatting, time_charts
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
@@ -162,6 +162,7 @@ def _live(ctx: PageContext, thresholds: CapacityThresholds) -> None:
             st.altair_chart(analysis_charts.pools_bars(top), width="stretch")
         _attention(capacity)
         _saturation(ctx, now_ts, thresholds)
+        energy.capacity_block(ctx, table)
         st.dataframe(
             capacity.assign(
                 _order=capacity["binding"].map(BINDING_ORDER),

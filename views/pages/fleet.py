@@ -45,6 +45,19 @@ COLUMN_CONFIG = {
     "avg_context_tokens": st.column_config.NumberColumn("avg context (tok)", format="compact", width="small"),
     "state_pool_usage": blocks.pool_column("state pool", "SSM state slots in use", "red"),
     "kv_usage": blocks.pool_column("KV", "full-attention KV cache in use", "blue"),
+    # Energy and cost: the GPUs' DCGM exporter (targets[].gpu_exporter_url) and cost.gpu_hour_usd.
+    "gpu_power_w": st.column_config.NumberColumn(
+        "GPU W", format="%.0f", help="the server's GPUs' power (DCGM energy counter's rate)", width="small"
+    ),
+    "tokens_per_joule": st.column_config.NumberColumn(
+        "tok/J", format="%.3f", help="output tokens per joule of GPU energy (0 while idle)", width="small"
+    ),
+    "usd_per_million_tokens": st.column_config.NumberColumn(
+        "$/Mtok",
+        format="$%.2f",
+        help="cost.gpu_hour_usd × GPUs ÷ output tokens per hour × 1e6 (unknown while idle or unpriced)",
+        width="small",
+    ),
     "recipe": st.column_config.TextColumn("recipe", help="recipe_id: a hash of the serving flags"),
     "alerts": st.column_config.TextColumn("alerts"),
     "last_seen_s": st.column_config.NumberColumn("last seen (s ago)", format="%.0f"),

@@ -21,7 +21,7 @@ from analysis.fraction import (
 )
 from analysis.words import times
 from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, blocks, data, formatting
+from views import analysis_charts, blocks, data, energy, formatting
 from views import probes as probe_views
 from views.page_context import PageContext
 
@@ -52,6 +52,7 @@ def render(ctx: PageContext) -> None:
                 "context (median)": st.column_config.NumberColumn(format="compact"),
             },
         )
+        energy.recipes_block(usable)
         ranked = list(usable.groupby("recipe").size().sort_values(ascending=False).index)
         if len(ranked) < 2:
             st.info(

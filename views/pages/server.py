@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.fraction import measured_tok_s_per_request
-from views import blocks, chart_style, data, formatting, links, time_charts
+from views import blocks, chart_style, data, energy, formatting, links, time_charts
 from views import probes as probe_views
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
@@ -65,6 +65,7 @@ def _live(ctx: PageContext, target: str) -> None:
         )
         markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
         _charts(history, markers)
+        energy.server_charts(history, markers)
         _recipe(ctx, str(row["recipe"]))
         probe_views.server_block(ctx, target)
         if not markers.empty:
@@ -110,6 +111,7 @@ def _header(ctx: PageContext, row: pd.Series) -> None:
     second[1].metric("Queued", formatting.num(row["queued"], ".0f"), border=True)
     second[2].metric("State pool", formatting.pct(row["state_pool_usage"]), border=True)
     second[3].metric("KV cache", formatting.pct(row["kv_usage"]), border=True)
+    energy.server_tiles(row)
 
 
 def _markers(
