@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -39,6 +40,29 @@ def _recipe_id(flags: tuple[tuple[str, FlagValue], ...]) -> str:
     """Cached: every snapshot of every cycle asks (a JSON dump and a SHA-256 each, ~4% of a scrape's CPU)."""
     canonical = json.dumps(dict(flags), sort_keys=True, separators=(",", ":"))
     return "r-" + hashlib.sha256(canonical.encode()).hexdigest()[:8]
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return int(value) if value >= 1 and value == int(value) else None
+
+
+def gpu_count_of(info: Mapping[str, Any], rank0: Mapping[str, Any] | None = None) -> int | None:
+    """GPUs one server runs on, from its server args: tp_size × pp_size × dp_size, where dp_size counts only
+    without enable_dp_attention (DP attention splits the TP group's GPUs into DP ranks: SGLang's
+    ``compute_dp_attention_world_info``); None without a tp_size."""
+
+    def arg(name: str) -> Any:
+        value = info.get(name)
+        return value if value is not None or rank0 is None else rank0.get(name)
+
+    tp = _positive_int(arg("tp_size"))
+    if tp is None:
+        return None
+    pp = _positive_int(arg("pp_size")) or 1
+    dp = 1 if arg("enable_dp_attention") is True else (_positive_int(arg("dp_size")) or 1)
+    return tp * pp * dp
 
 
 @dataclass(frozen=True, slots=True)

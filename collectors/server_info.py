@@ -19,7 +19,7 @@ from typing import Any
 
 from collectors.errors import BadServerInfo, HTTPStatusError
 from collectors.http.targets import TargetClient
-from collectors.model import RECIPE_FLAGS, FlagValue, Recipe
+from collectors.model import RECIPE_FLAGS, FlagValue, Recipe, gpu_count_of
 from config import Target
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -67,29 +67,6 @@ def recipe_from_server_info(info: Mapping[str, Any]) -> Recipe:
                 break
         flags[flag] = _flag_value(value)
     return Recipe.from_flags(flags, gpu_count_of(info, rank0))
-
-
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return int(value) if value >= 1 and value == int(value) else None
-
-
-def gpu_count_of(info: Mapping[str, Any], rank0: Mapping[str, Any] | None = None) -> int | None:
-    """GPUs one server runs on, from its server args: tp_size × pp_size × dp_size, where dp_size counts only
-    without enable_dp_attention (DP attention splits the TP group's GPUs into DP ranks: SGLang's
-    ``compute_dp_attention_world_info``); None without a tp_size."""
-
-    def arg(name: str) -> Any:
-        value = info.get(name)
-        return value if value is not None or rank0 is None else rank0.get(name)
-
-    tp = _positive_int(arg("tp_size"))
-    if tp is None:
-        return None
-    pp = _positive_int(arg("pp_size")) or 1
-    dp = 1 if arg("enable_dp_attention") is True else (_positive_int(arg("dp_size")) or 1)
-    return tp * pp * dp
 
 
 class _NonFinite(ValueError):

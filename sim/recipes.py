@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from collectors.model import FlagValue, Recipe
+from collectors.model import FlagValue, Recipe, gpu_count_of
 from config import ConfigError
 from sim import calibration as cal
 from sim.mechanism import pool_layout
@@ -182,4 +182,5 @@ def recipe_flags(args: Mapping[str, Any]) -> dict[str, FlagValue]:
 
 
 def recipe_of(args: Mapping[str, Any]) -> Recipe:
-    return Recipe.from_flags(recipe_flags(args))
+    """The recipe /server_info gives the collector, GPU count included (read from the same args)."""
+    return Recipe.from_flags(recipe_flags(args), gpu_count_of(args))

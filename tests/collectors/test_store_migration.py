@@ -10,6 +10,7 @@ import pytest
 
 from collectors.model import Signals, TargetSnapshot
 from collectors.store.sqlite_store import SCHEMA_VERSION, SqliteStore
+from tests.history_frames import read_frame
 
 # The signals of schema 2, as its tables spelled them (before issue 20).
 SCHEMA_2_SIGNALS = (
@@ -101,7 +102,7 @@ def test_a_schema_2_store_gains_the_gpu_columns_in_place(tmp_path: Path) -> None
     latest = store.latest()
     assert [(s.target, s.signals.output_tok_s) for s in latest] == [("a", 1000.0), ("b", 1000.0)]
     assert all(s.signals.tokens_per_joule is None and s.signals.gpu_count is None for s in latest)
-    hour = store.read_samples(T0, T0 + 3600, max_points=60)  # the 1 min tier
+    hour = read_frame(store, T0, T0 + 3600, max_points=60)  # the 1 min tier
     assert len(hour[hour["target"] == "a"]) == 60
     assert set(hour["output_tok_s"]) == {1000.0}
     assert hour["tokens_per_joule"].isna().all()  # old buckets: no sample of the new signal, unknown
@@ -113,7 +114,7 @@ def test_a_schema_2_store_gains_the_gpu_columns_in_place(tmp_path: Path) -> None
     store.append(
         [TargetSnapshot("a", T0 + 3600 + 5.0 * k, True, signals=gpu, deployment="east") for k in range(720)]
     )
-    two_hours = store.read_samples(T0, T0 + 7200, targets=["a"], max_points=120)
+    two_hours = read_frame(store, T0, T0 + 7200, ["a"], 120)
     old, new = two_hours[two_hours["ts"] < T0 + 3600], two_hours[two_hours["ts"] >= T0 + 3600]
     assert len(old) == len(new) == 60
     assert old["tokens_per_joule"].isna().all()

@@ -72,7 +72,9 @@ def _served(server: SimServer) -> Iterator[None]:
 
 def _collector(server: SimServer, clock: _Clock) -> DirectSource:
     settings = ScrapeSettings(interval_s=STEP_S, timeout_s=3.0)
-    return DirectSource(settings, [server.target], rate_clock=clock)  # rates: simulated seconds, as history
+    # SGLang's own signals: the synthesised history has no GPU telemetry (nor is the exporter served here).
+    target = server.target.model_copy(update={"gpu_exporter_url": None})
+    return DirectSource(settings, [target], rate_clock=clock)  # rates: simulated seconds, as history
 
 
 def _scraped(source: DirectSource) -> Signals:
