@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import requests
 
-from alerts.engine import DEFAULT_EXTERNAL_URL, AlertEngine
+from alerts.engine import DEFAULT_EXTERNAL_URL, RESEND_INTERVAL_S, AlertEngine
 from alerts.notify import Notifier
 from alerts.rules import build_rules
 from alerts.rules.probe_evidence import attach_probe_evidence
@@ -56,6 +56,7 @@ class Service:
         external_url: str = DEFAULT_EXTERNAL_URL,
         notifier: Notifier | None = None,
         store_check_timeout_s: float = STORE_CHECK_TIMEOUT_S,
+        resend_interval_s: float = RESEND_INTERVAL_S,
     ) -> None:
         rules = build_rules(config.alerts.rules, source)  # ConfigError before anything is opened
         self.slos = build_slos(config, source)
@@ -81,7 +82,7 @@ class Service:
         )
         self.slo_ledger.restore()
         settings = config.alerts
-        resend_s = 60.0
+        resend_s = resend_interval_s
         self.engine = AlertEngine(
             rules,
             self.alert_store,
