@@ -59,7 +59,10 @@ def _response(body: bytes, content_type: str, gzipped: bool = False) -> bytes:
     return head.encode() + b"\r\n" + body
 
 
-def _render(steps: int) -> tuple[list[list[tuple[bytes, bytes]]], list[bytes], list[dict[str, str]]]:
+Bodies = list[list[tuple[bytes, bytes]]]  # per template, per interval: the plain and the gzipped answer
+
+
+def _render(steps: int, interval_s: float) -> tuple[Bodies, list[bytes], list[dict[str, str]]]:
     """Per template and interval: the /metrics answer (plain, gzipped); per template: /server_info; and
     the template's target labels."""
     from sim.scenario import expand_servers, load_scenario
@@ -71,9 +74,9 @@ def _render(steps: int) -> tuple[list[list[tuple[bytes, bytes]]], list[bytes], l
         SimServer(spec, index=i, seed=0, clock=lambda: now[0], warmup_s=scenario.spec.warmup_s)
         for i, spec in enumerate(expand_servers(scenario, TEMPLATES))
     ]
-    bodies: list[list[tuple[bytes, bytes]]] = [[] for _ in servers]
+    bodies: Bodies = [[] for _ in servers]
     for step in range(steps):
-        now[0] = step * INTERVAL_S
+        now[0] = step * interval_s
         for index, server in enumerate(servers):
             reply = server.handle("GET", "/metrics", {"accept": "text/plain;version=0.0.4"})
             if reply.status != 200:
@@ -89,8 +92,8 @@ def _render(steps: int) -> tuple[list[list[tuple[bytes, bytes]]], list[bytes], l
     return bodies, infos, labels
 
 
-async def _serve(count: int, steps: int) -> None:
-    bodies, infos, labels = _render(steps)
+async def _serve(count: int, steps: int, interval_s: float) -> None:
+    bodies, infos, labels = _render(steps, interval_s)
     not_found = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
     scrapes = array("q", [0]) * count
     started = time.monotonic()
@@ -105,7 +108,7 @@ async def _serve(count: int, steps: int) -> None:
                     head = await reader.readuntil(b"\r\n\r\n")
                     path = head.split(b" ", 2)[1].split(b"?", 1)[0]
                     if path == b"/metrics":
-                        step = min(int((time.monotonic() - started) / INTERVAL_S), len(steps_of) - 1)
+                        step = min(int((time.monotonic() - started) / interval_s), len(steps_of) - 1)
                         plain, zipped = steps_of[step]
                         writer.write(zipped if b"gzip" in head.lower() else plain)
                         scrapes[index] += 1
@@ -130,18 +133,22 @@ async def _serve(count: int, steps: int) -> None:
         for _ in sys.stdin:
             print(json.dumps({"scrapes": sum(scrapes), "targets_scraped": sum(1 for n in scrapes if n)}))
             sys.stdout.flush()
-        loop.call_soon_threadsafe(loop.stop)
+        loop.call_soon_threadsafe(done.set)
 
+    done = asyncio.Event()
     threading.Thread(target=commands, daemon=True).start()
-    await asyncio.Event().wait()  # until stdin closes and the loop stops
+    await done.wait()  # until stdin closes
+    sys.stdout.flush()
+    os._exit(0)  # keep-alive connections may still be open: no orderly teardown of 5,000 handlers to wait for
 
 
 class Fleet:
     """The pre-rendered fleet's process: its ports, its CPU, its scrape counts."""
 
-    def __init__(self, count: int, steps: int) -> None:
+    def __init__(self, count: int, steps: int, interval_s: float) -> None:
+        self.interval_s = interval_s
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.bench_scale", "--serve", str(count), str(steps)],
+            [sys.executable, "-m", "bench.bench_scale", "--serve", str(count), str(steps), str(interval_s)],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -172,7 +179,7 @@ class Fleet:
 # -- the measured process ------------------------------------------------------------------------------------
 def _config(fleet: Fleet, folder: Path, exporter_port: int) -> Path:
     config = {
-        "scrape": {"interval_s": INTERVAL_S, "timeout_s": TIMEOUT_S},
+        "scrape": {"interval_s": fleet.interval_s, "timeout_s": min(TIMEOUT_S, fleet.interval_s)},
         "targets": [
             {"name": f"k3-{i:04d}", "url": f"http://127.0.0.1:{port}", "labels": fleet.labels[i]}
             for i, port in enumerate(fleet.ports)
@@ -186,9 +193,7 @@ def _config(fleet: Fleet, folder: Path, exporter_port: int) -> Path:
 
 
 def _start(phase: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
-    command = (
-        ["-m", "collectors", "--config"] if phase == "collector" else ["-m", "alerts", "run", "--config"]
-    )
+    command = ["collectors"] if phase == "collector" else ["alerts", "run"]
     with log.open("wb") as sink:
         return subprocess.Popen(
             [sys.executable, "-m", *command, "--config", str(config)],
@@ -206,8 +211,9 @@ def _exported(port: int) -> dict[str, float]:
         "specwatch_store_pending_rows",
         "specwatch_store_dropped_rows_total",
     )
-    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    out: dict[str, float] = {}
+    started = time.monotonic()
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=120).text
+    out: dict[str, float] = {"exporter_wall_s": time.monotonic() - started}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name in wanted:
@@ -244,7 +250,7 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
             t1, wall1 = time.monotonic(), time.time()
             after = _exported(exporter_port)
             peak_rss_mb = _rss_mb(process.pid)
-            time.sleep(INTERVAL_S + 1)  # the window's last cycle written before counting its rows
+            time.sleep(fleet.interval_s + 1)  # the window's last cycle written before counting its rows
             # Each row carries the time its scrape answered: the window's rows ≈ its scrapes.
             up_rows, down_rows = _rows(folder / "history.sqlite", wall0, wall1)
         finally:
@@ -261,7 +267,7 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
     cycles = after["specwatch_cycles_total"] - before["specwatch_cycles_total"]
     scrapes = scrapes1 - scrapes0
     cpu = cpu1 - cpu0
-    expected = count * span_s / INTERVAL_S
+    expected = count * span_s / fleet.interval_s
     return {
         "cores": round(cpu / span_s, 3),
         "cpu_ms_per_scrape": round(1000 * cpu / max(scrapes, 1), 3),
@@ -269,8 +275,9 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
         "scrapes": scrapes,
         "expected_scrapes": round(expected),
         "cycles": int(cycles),
-        "expected_cycles": round(span_s / INTERVAL_S, 1),
+        "expected_cycles": round(span_s / fleet.interval_s, 1),
         "last_cycle_wall_s": round(after["specwatch_cycle_duration_seconds"], 2),
+        "own_metrics_wall_s": round(max(before["exporter_wall_s"], after["exporter_wall_s"]), 2),
         "rows_up": up_rows,
         "rows_down": down_rows,
         "rows_pending": int(after.get("specwatch_store_pending_rows", 0)),
@@ -285,40 +292,53 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
     }
 
 
-def main() -> dict[str, object]:
-    count = int(os.environ.get("SPECWATCH_BENCH_SCALE_SERVERS", SERVERS))
-    window_s = float(os.environ.get("SPECWATCH_BENCH_SCALE_WINDOW_S", "60"))
-    warmup_s = float(os.environ.get("SPECWATCH_BENCH_SCALE_WARMUP_S", "30"))
-    phases = [p for p in os.environ.get("SPECWATCH_BENCH_SCALE_PHASES", "collector,daemon").split(",") if p]
-    phase_s = warmup_s + window_s + 2 * INTERVAL_S + 10
-    steps = int(len(phases) * phase_s / INTERVAL_S) + 12
+def _size(
+    count: int, interval_s: float, phases: list[str], warmup_s: float, window_s: float
+) -> dict[str, object]:
+    phase_s = warmup_s + window_s + 2 * interval_s + 10
+    steps = int(len(phases) * phase_s / interval_s) + 12
     started = time.monotonic()
-    fleet = Fleet(count, steps)
-    result: dict[str, object] = {
-        "servers": count,
-        "templates": TEMPLATES,
-        "interval_s": INTERVAL_S,
-        "warmup_s": warmup_s,
-        "window_s": window_s,
-        "fleet_start_s": round(time.monotonic() - started, 1),
-    }
+    fleet = Fleet(count, steps, interval_s)
+    result: dict[str, object] = {"fleet_start_s": round(time.monotonic() - started, 1)}
     try:
         for phase in phases:
             result[phase] = _phase(phase, fleet, warmup_s, window_s)
     finally:
         fleet.stop()
-    result["met"] = {
-        phase: {
-            "cores_le_1": float(str(result[phase]["cores"])) <= TARGET_CORES,  # type: ignore[index]
-            "every_scrape_landed": bool(result[phase]["landed"]),  # type: ignore[index]
-        }
-        for phase in phases
+    return result
+
+
+def main() -> dict[str, object]:
+    sizes = [int(s) for s in os.environ.get("SPECWATCH_BENCH_SCALE_SERVERS", str(SERVERS)).split(",") if s]
+    interval_s = float(os.environ.get("SPECWATCH_BENCH_SCALE_INTERVAL_S", INTERVAL_S))
+    window_s = float(os.environ.get("SPECWATCH_BENCH_SCALE_WINDOW_S", "60"))
+    warmup_s = float(os.environ.get("SPECWATCH_BENCH_SCALE_WARMUP_S", "30"))
+    phases = [p for p in os.environ.get("SPECWATCH_BENCH_SCALE_PHASES", "collector,daemon").split(",") if p]
+    result: dict[str, object] = {
+        "templates": TEMPLATES,
+        "interval_s": interval_s,
+        "warmup_s": warmup_s,
+        "window_s": window_s,
+        "load_before": os.getloadavg()[0],
     }
+    met: dict[str, object] = {}
+    for count in sizes:
+        found = _size(count, interval_s, phases, warmup_s, window_s)
+        result[f"servers_{count}"] = found
+        met[f"servers_{count}"] = {
+            phase: {
+                "cores_le_1": float(str(found[phase]["cores"])) <= TARGET_CORES,  # type: ignore[index]
+                "every_scrape_landed": bool(found[phase]["landed"]),  # type: ignore[index]
+            }
+            for phase in phases
+        }
+    result["load_after"] = os.getloadavg()[0]
+    result["met"] = met
     return result
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        asyncio.run(_serve(int(sys.argv[2]), int(sys.argv[3])))
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        asyncio.run(_serve(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])))
     else:
         print(json.dumps(main(), indent=2))

@@ -89,10 +89,11 @@ class Pair:
         return [a for a in answer.json() if a["labels"].get("alertname") == "TargetDown"]
 
     def posted(self, index: int) -> list[dict[str, Any]]:
-        """Every alert daemon ``index`` queued for Alertmanager (its outbox), oldest first."""
+        """Every alert daemon ``index`` delivered to Alertmanager (its outbox), oldest first."""
         with closing(sqlite3.connect(self.stores[index])) as db:
             rows = db.execute(
-                "SELECT payload FROM alert_outbox WHERE kind = 'alertmanager' ORDER BY id"
+                "SELECT payload FROM alert_outbox WHERE kind = 'alertmanager' AND status = 'delivered' "
+                "ORDER BY id"
             ).fetchall()
         return [alert for (payload,) in rows for alert in json.loads(payload)]
 
