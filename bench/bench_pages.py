@@ -21,7 +21,8 @@ fill and the clone run in this process and are reported apart).
 
 Knobs (environment): SPECWATCH_BENCH_PAGES_SIZES=200,1000, SPECWATCH_BENCH_PAGES_PAGES=fleet,server,
 SPECWATCH_BENCH_PAGES_RANGES=24h,7d, SPECWATCH_BENCH_PAGES_RUNS=3, SPECWATCH_BENCH_PAGES_STORE=PATH (keep the
-filled, grown store there and reuse it on the next run instead of filling again).
+filled, grown store there and reuse it on the next run instead of filling again),
+SPECWATCH_BENCH_PAGES_HISTORY_H=26 (hours of history instead of 7 d: enough for ranges up to 24 h).
 """
 
 from __future__ import annotations
@@ -134,12 +135,12 @@ def _time_runs(
     return statistics.median(SCRIPT_TIMES), statistics.median(SCRIPT_CPU), at
 
 
-def _fill(store_path: Path) -> dict[str, float]:
-    """BASE_SERVERS × 7 d as the collector writes them, then pruned to the retention of each tier."""
-    report = fill_store(store_path, servers=BASE_SERVERS, hours=HISTORY_H, raw_hours=RAW_H, step_s=STEP_S)
+def _fill(store_path: Path, hours: float) -> dict[str, float]:
+    """BASE_SERVERS × ``hours`` (7 d) as the collector writes them, then pruned to each tier's retention."""
+    report = fill_store(store_path, servers=BASE_SERVERS, hours=hours, raw_hours=RAW_H, step_s=STEP_S)
     store = SqliteStore(store_path)
     now = time.time()
-    store.prune(now - HISTORY_H * 3600 - 3600, minute_older_than_ts=now - MINUTE_H * 3600)
+    store.prune(now - hours * 3600 - 3600, minute_older_than_ts=now - MINUTE_H * 3600)
     store.close()
     return {"fill_s": round(report.seconds, 1), "raw_rows": report.raw_rows}
 
@@ -314,9 +315,11 @@ def main() -> dict[str, object]:
     ranges = _listed("SPECWATCH_BENCH_PAGES_RANGES", RANGES)
     runs = int(os.environ.get("SPECWATCH_BENCH_PAGES_RUNS", RUNS))
     kept = os.environ.get("SPECWATCH_BENCH_PAGES_STORE")
+    # Past 1,000 servers a week is ~7 MB per server to copy (35 GB at 5,000): 26 h serves the 24 h range.
+    history_h = float(os.environ.get("SPECWATCH_BENCH_PAGES_HISTORY_H", HISTORY_H))
     with tempfile.TemporaryDirectory(prefix="specwatch-bench-pages-") as folder:
         store_path = Path(kept) if kept else Path(folder) / "history.sqlite"
-        history: dict[str, float] = {"reused": 1.0} if store_path.exists() else _fill(store_path)
+        history: dict[str, float] = {"reused": 1.0} if store_path.exists() else _fill(store_path, history_h)
         config = Path(folder) / "viewer.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -325,7 +328,7 @@ def main() -> dict[str, object]:
         )
         result: dict[str, object] = {
             "base_servers": BASE_SERVERS,
-            "history_h": HISTORY_H,
+            "history_h": history_h,
             "fill": history,
             "runs_per_case": runs,
         }

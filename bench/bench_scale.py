@@ -264,7 +264,8 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
         log = (folder / "collector.log").read_text(errors="replace")
     span_s = t1 - t0
     count = len(fleet.ports)
-    cycles = after["specwatch_cycles_total"] - before["specwatch_cycles_total"]
+    nan = float("nan")  # a value the collector's /metrics did not have yet (no cycle finished)
+    cycles = after.get("specwatch_cycles_total", nan) - before.get("specwatch_cycles_total", nan)
     scrapes = scrapes1 - scrapes0
     cpu = cpu1 - cpu0
     expected = count * span_s / fleet.interval_s
@@ -274,9 +275,9 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
         "fleet_cores": round((fleet1 - fleet0) / span_s, 3),
         "scrapes": scrapes,
         "expected_scrapes": round(expected),
-        "cycles": int(cycles),
+        "cycles": cycles,
         "expected_cycles": round(span_s / fleet.interval_s, 1),
-        "last_cycle_wall_s": round(after["specwatch_cycle_duration_seconds"], 2),
+        "last_cycle_wall_s": round(after.get("specwatch_cycle_duration_seconds", nan), 2),
         "own_metrics_wall_s": round(max(before["exporter_wall_s"], after["exporter_wall_s"]), 2),
         "rows_up": up_rows,
         "rows_down": down_rows,
