@@ -233,15 +233,31 @@ def _rows(store: Path, start_ts: float, end_ts: float) -> tuple[int, int]:
     return int(found.get(1, 0)), int(found.get(0, 0))
 
 
+def _wait_cycles(process: subprocess.Popen[bytes], port: int, cycles: int, log: Path) -> None:
+    """Until the collector's /metrics says ``cycles`` cycles ran (a loaded box may take a minute)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the measured process exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if _exported(port).get("specwatch_cycles_total", 0) >= cycles:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1.0)
+    raise TimeoutError(f"no {cycles} cycles within 600 s: {log.read_text(errors='replace')[-2000:]}")
+
+
 def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="specwatch-bench-scale-") as tmp:
         folder = Path(tmp)
         exporter_port = _free_port()
         process = _start(phase, _config(fleet, folder, exporter_port), folder / "collector.log")
         try:
+            started = time.monotonic()
+            _wait_cycles(process, exporter_port, 2, folder / "collector.log")  # connected, recipes read
+            startup_s = time.monotonic() - started
             time.sleep(warmup_s)
-            if process.poll() is not None:
-                raise RuntimeError(f"{phase} exited: {(folder / 'collector.log').read_text()[-2000:]}")
             before = _exported(exporter_port)
             cpu0, fleet0, scrapes0 = _cpu_s(process.pid), _cpu_s(fleet.process.pid), fleet.scrapes()
             t0, wall0 = time.monotonic(), time.time()
@@ -270,6 +286,7 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
     cpu = cpu1 - cpu0
     expected = count * span_s / fleet.interval_s
     return {
+        "startup_s": round(startup_s, 1),
         "cores": round(cpu / span_s, 3),
         "cpu_ms_per_scrape": round(1000 * cpu / max(scrapes, 1), 3),
         "fleet_cores": round((fleet1 - fleet0) / span_s, 3),
