@@ -136,7 +136,7 @@ def _time_runs(
     return statistics.median(SCRIPT_TIMES), statistics.median(SCRIPT_CPU), at
 
 
-def _fill(store_path: Path, hours: float) -> dict[str, float]:
+def _fill(store_path: Path, hours: float = HISTORY_H) -> dict[str, float]:
     """BASE_SERVERS × ``hours`` (7 d) as the collector writes them, then pruned to each tier's retention."""
     report = fill_store(store_path, servers=BASE_SERVERS, hours=hours, raw_hours=RAW_H, step_s=STEP_S)
     store = SqliteStore(store_path)
