@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from alerts.service import Service
 
-from alerts.engine import DEFAULT_EXTERNAL_URL
+from alerts.engine import DEFAULT_EXTERNAL_URL, RESEND_INTERVAL_S
 from alerts.export import render_rules
 from alerts.lock import EvaluatorLock
 from alerts.metrics import DeliveryMetrics
@@ -32,6 +32,16 @@ _STOP_DEADLINE_S = 8.0
 # The kernel may deliver SIGTERM to any thread (the scrape loop's epoll, a notifier); Python runs the handler
 # only when the main thread next wakes, and an untimed Event.wait() never does. Waiting in slices wakes it.
 SIGNAL_POLL_S = 0.5
+
+
+def _positive_s(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.1 <= seconds <= 86400:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected seconds between 0.1 and 86400, found {text!r}")
+    return seconds
 
 
 def _load(path: str | None) -> Config:
@@ -66,7 +76,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         lock.acquire()
     try:
-        return _serve(Service(config, source=args.config, external_url=args.external_url), config, stop)
+        service = Service(
+            config,
+            source=args.config,
+            external_url=args.external_url,
+            resend_interval_s=args.resend_interval_s,
+        )
+        return _serve(service, config, stop)
     finally:
         lock.release()
 
@@ -141,7 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="scrape the fleet and evaluate alerts until SIGTERM")
     run.add_argument("--config", required=True, help="fleet configuration file (YAML or JSON)")
-    run.add_argument("--external-url", default=DEFAULT_EXTERNAL_URL, help="dashboard URL used in alert links")
+    run.add_argument(
+        "--external-url",
+        default=DEFAULT_EXTERNAL_URL,
+        help="dashboard URL used in alert links (an HA pair: the same URL on both, e.g. their load balancer)",
+    )
+    run.add_argument(
+        "--resend-interval-s",
+        type=_positive_s,
+        default=RESEND_INTERVAL_S,
+        help="seconds between re-posts of every firing alert to Alertmanager, which keep it active "
+        f"(Prometheus's --rules.alert.resend-delay; default {RESEND_INTERVAL_S:g})",
+    )
     run.add_argument(
         "--standby",
         action="store_true",

@@ -45,6 +45,8 @@ from config import DeliverySettings
 log = logging.getLogger(__name__)
 
 DEFAULT_EXTERNAL_URL = "http://localhost:8501"
+# Prometheus's --rules.alert.resend-delay: how often every firing alert is posted to Alertmanager again.
+RESEND_INTERVAL_S = 60.0
 PRUNE_EVERY_S = 3600.0
 
 
@@ -115,7 +117,7 @@ class AlertEngine:
         clock: Callable[[], float] = time.time,
         evaluation_interval_s: float | None = None,
         scrape_interval_s: float = 5.0,
-        resend_interval_s: float = 60.0,
+        resend_interval_s: float = RESEND_INTERVAL_S,
         retention_s: float = 7 * 86400.0,
         external_url: str = DEFAULT_EXTERNAL_URL,
         recipes: Callable[[], Mapping[str, Recipe]] | None = None,
@@ -383,11 +385,12 @@ class AlertEngine:
         now: float,
         out: list[AlertTransition],
     ) -> None:
-        base = {
-            "target": history.target,
-            "deployment": history.deployment,
-            "recipe_id": history.recipe_id or "",
-        }
+        latest = history.latest
+        # A down server's recipe is only this process's memory: an evaluator that never saw it up (the other
+        # daemon of an HA pair, one started during the outage) would label the same TargetDown without it,
+        # and Alertmanager would page twice. Labels say what any evaluator of the fleet sees now.
+        recipe_id = history.recipe_id if latest is not None and latest.up else None
+        base = {"target": history.target, "deployment": history.deployment, "recipe_id": recipe_id or ""}
         self._apply_labelled(rule, history.target, base, verdicts, fps, now, out)
 
     def _apply_labelled(

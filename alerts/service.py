@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from alerts.engine import DEFAULT_EXTERNAL_URL, AlertEngine
+from alerts.engine import DEFAULT_EXTERNAL_URL, RESEND_INTERVAL_S, AlertEngine
 from alerts.notify import Notifier
 from alerts.rules import build_rules
 from alerts.rules.probe_evidence import attach_probe_evidence
@@ -54,6 +54,7 @@ class Service:
         external_url: str = DEFAULT_EXTERNAL_URL,
         notifier: Notifier | None = None,
         store_check_timeout_s: float = STORE_CHECK_TIMEOUT_S,
+        resend_interval_s: float = RESEND_INTERVAL_S,
     ) -> None:
         rules = build_rules(config.alerts.rules, source)  # ConfigError before anything is opened
         self.slos = build_slos(config, source)
@@ -84,7 +85,7 @@ class Service:
         )
         self.slo_ledger.restore()
         settings = config.alerts
-        resend_s = 60.0
+        resend_s = resend_interval_s
         self.engine = AlertEngine(
             rules,
             self.alert_store,

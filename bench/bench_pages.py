@@ -21,7 +21,9 @@ fill and the clone run in this process and are reported apart).
 
 Knobs (environment): SPECWATCH_BENCH_PAGES_SIZES=200,1000, SPECWATCH_BENCH_PAGES_PAGES=fleet,server,
 SPECWATCH_BENCH_PAGES_RANGES=24h,7d, SPECWATCH_BENCH_PAGES_RUNS=3, SPECWATCH_BENCH_PAGES_STORE=PATH (keep the
-filled, grown store there and reuse it on the next run instead of filling again).
+filled, grown store there and reuse it on the next run instead of filling again),
+SPECWATCH_BENCH_PAGES_HISTORY_H=26 (hours of history instead of 7 d: enough for ranges up to 24 h),
+SPECWATCH_BENCH_PAGES_GROW_TABLES=latest_samples,rollup_900,rollup_3600 (what the copies get; default all).
 """
 
 from __future__ import annotations
@@ -133,20 +135,29 @@ def _time_runs(
     return statistics.median(SCRIPT_TIMES), statistics.median(SCRIPT_CPU), at
 
 
-def _fill(store_path: Path) -> dict[str, float]:
-    """BASE_SERVERS × 7 d as the collector writes them, then pruned to the retention of each tier."""
-    report = fill_store(store_path, servers=BASE_SERVERS, hours=HISTORY_H, raw_hours=RAW_H, step_s=STEP_S)
+def _fill(store_path: Path, hours: float = HISTORY_H) -> dict[str, float]:
+    """BASE_SERVERS × ``hours`` (7 d) as the collector writes them, then pruned to each tier's retention."""
+    report = fill_store(store_path, servers=BASE_SERVERS, hours=hours, raw_hours=RAW_H, step_s=STEP_S)
     store = SqliteStore(store_path)
     now = time.time()
-    store.prune(now - HISTORY_H * 3600 - 3600, minute_older_than_ts=now - MINUTE_H * 3600)
+    store.prune(now - hours * 3600 - 3600, minute_older_than_ts=now - MINUTE_H * 3600)
     store.close()
     return {"fill_s": round(report.seconds, 1), "raw_rows": report.raw_rows}
 
 
 def _grow(store_path: Path, copies: range) -> None:
-    """Copy the base servers' rows under the names ``<name>~k`` for each k (the same shape, N× wider)."""
+    """Copy the base servers' rows under the names ``<name>~k`` for each k (the same shape, N× wider).
+
+    Without a journal and without syncs (a bench's scratch store: a crash mid-grow means filling again): at
+    5,000 servers (~35 GB) the WAL made the copy write ~5× the data and take hours; now it is disk speed."""
+    if not copies:
+        return
     db = sqlite3.connect(store_path)
-    for table in _CLONED:
+    db.execute("PRAGMA journal_mode=DELETE")  # leave WAL: needs no other connection, as here
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    db.execute("PRAGMA cache_size=-1000000")  # 1 GB of pages: the B-trees' upper levels stay cached
+    for table in _grown_tables():
         columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
         picked = ", ".join("target || '~' || ?" if c == "target" else c for c in columns)
         for k in copies:
@@ -155,8 +166,22 @@ def _grow(store_path: Path, copies: range) -> None:
                 "WHERE instr(target, '~') = 0",
                 (k,),
             )
-        db.commit()
+            db.commit()
+    db.execute("PRAGMA journal_mode=WAL")
     db.close()
+
+
+def _grown_tables() -> list[str]:
+    """The tables the copies get (SPECWATCH_BENCH_PAGES_GROW_TABLES, default all): the Fleet page at 24 h
+    reads latest_samples and the 15 min tier, so copying only those measures it at 5,000 servers in minutes
+    instead of the hours the raw and 1 min rows take (the other tables then hold the base servers only)."""
+    wanted = _listed("SPECWATCH_BENCH_PAGES_GROW_TABLES", _CLONED)
+    unknown = sorted(set(wanted) - set(_CLONED))
+    if unknown or "latest_samples" not in wanted:
+        raise ValueError(
+            f"SPECWATCH_BENCH_PAGES_GROW_TABLES: latest_samples and some of {_CLONED}, not {unknown}"
+        )
+    return [table for table in _CLONED if table in wanted]
 
 
 def _copies_held(store_path: Path) -> int:
@@ -303,9 +328,11 @@ def main() -> dict[str, object]:
     ranges = _listed("SPECWATCH_BENCH_PAGES_RANGES", RANGES)
     runs = int(os.environ.get("SPECWATCH_BENCH_PAGES_RUNS", RUNS))
     kept = os.environ.get("SPECWATCH_BENCH_PAGES_STORE")
+    # Past 1,000 servers a week is ~7 MB per server to copy (35 GB at 5,000): 26 h serves the 24 h range.
+    history_h = float(os.environ.get("SPECWATCH_BENCH_PAGES_HISTORY_H", HISTORY_H))
     with tempfile.TemporaryDirectory(prefix="specwatch-bench-pages-") as folder:
         store_path = Path(kept) if kept else Path(folder) / "history.sqlite"
-        history: dict[str, float] = {"reused": 1.0} if store_path.exists() else _fill(store_path)
+        history: dict[str, float] = {"reused": 1.0} if store_path.exists() else _fill(store_path, history_h)
         config = Path(folder) / "viewer.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -314,7 +341,8 @@ def main() -> dict[str, object]:
         )
         result: dict[str, object] = {
             "base_servers": BASE_SERVERS,
-            "history_h": HISTORY_H,
+            "history_h": history_h,
+            "grown_tables": _grown_tables(),
             "fill": history,
             "runs_per_case": runs,
         }

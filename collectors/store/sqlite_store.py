@@ -33,9 +33,9 @@ from collectors.store.tiers import (
     MINUTE_TIER,
     TIERS,
     Batch,
-    partial_rows,
     pick_tier,
     schema_sql,
+    tier_rows,
     upsert_sql,
 )
 
@@ -204,8 +204,8 @@ class SqliteStore:
 
     @staticmethod
     def _write_rollups(connection: sqlite3.Connection, batch: Batch) -> None:
-        for tier in TIERS:
-            connection.executemany(_UPSERTS[tier.table], partial_rows(batch, tier))
+        for tier, rows in tier_rows(batch):
+            connection.executemany(_UPSERTS[tier.table], rows)
 
     def add_events(self, events: Sequence[Event]) -> None:
         self._write(

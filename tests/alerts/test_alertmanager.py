@@ -3,14 +3,11 @@ resolution, groups them, and delivers both to a webhook receiver of this test.""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from alerts.engine import AlertEngine
 from alerts.notify import Notifier
@@ -18,63 +15,22 @@ from alerts.payloads import fingerprint
 from alerts.rules import build_rules
 from alerts.state_store import AlertStateStore
 from tests.alerts.conftest import Receiver, snap
-from tests.loopback import free_port
+from tests.prometheus.engines import ALERTMANAGER, start_alertmanager
 
-BINARY = shutil.which("prometheus-alertmanager")
 pytestmark = [
     pytest.mark.engines,
-    pytest.mark.skipif(BINARY is None, reason="prometheus-alertmanager not on PATH (Debian package)"),
+    pytest.mark.skipif(ALERTMANAGER is None, reason="prometheus-alertmanager not on PATH (Debian package)"),
 ]
 INSTANT = {"StatePoolSaturation": {"for_s": 0, "keep_firing_for_s": 0, "window_s": 0.2}}
 
 
 @pytest.fixture
 def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
-    assert BINARY is not None
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(
-        "route:\n  receiver: specwatch-test\n  group_by: [alertname, target]\n"
-        "  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n"
-        "receivers:\n  - name: specwatch-test\n    webhook_configs:\n"
-        f"      - url: {receiver.url}\n        send_resolved: true\n",
-        encoding="utf-8",
-    )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "alertmanager.log").open("w")
-    process = subprocess.Popen(
-        [
-            BINARY,
-            f"--config.file={config}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    engine = start_alertmanager(tmp_path / "alertmanager", receiver.url)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "Alertmanager did not start: " + (tmp_path / "alertmanager.log").read_text()
-                )
-            time.sleep(0.05)
-        yield url
+        yield engine.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        engine.stop()
 
 
 def test_alertmanager_delivers_the_alert_then_its_resolution(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import pickle
 import sqlite3
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.store.sqlite_store import SCHEMA_VERSION, SqliteStore
+from collectors.store.tiers import TIERS, Batch, partial_rows, tier_rows
 from tests.history_frames import read_frame
 
 DAY_S = 86_400.0
@@ -158,3 +161,24 @@ def test_backfilled_history_never_hides_the_live_latest_row(tmp_path: Path) -> N
         assert {s.target: s.ts for s in store.latest()}["a"] == 9_000.0
     finally:
         store.close()
+
+
+def test_a_cycle_rebucketed_for_every_tier_equals_each_tier_aggregated(tmp_path: Path) -> None:
+    """One sample per target (a collector cycle) takes the fast path; a target twice, the general one."""
+    cycle = [
+        TargetSnapshot(
+            f"t{i}",
+            T0 + 3599.5 + i * 0.01,  # across a bucket edge of every tier
+            i % 5 != 0,
+            "connection refused" if i % 5 == 0 else None,
+            Signals(accept_length=None if i % 3 == 0 else 2.0 + i / 100, tpot_s=0.01),
+            None if i % 7 == 0 else "r-1",
+            "east",
+            None if i % 4 == 0 else 0.004,
+        )
+        for i in range(120)
+    ]
+    for batch in (cycle, [*cycle, dataclasses.replace(cycle[0], ts=T0 + 3700.0)]):
+        got = tier_rows(Batch.of(batch))
+        expected = [(tier, partial_rows(Batch.of(batch), tier)) for tier in TIERS]
+        assert pickle.dumps(got) == pickle.dumps(expected)  # NaN-for-NaN identical

@@ -1,4 +1,5 @@
-"""Start real Prometheus / VictoriaMetrics binaries and small HTTP servers on 127.0.0.1 for the tests.
+"""Start real Prometheus / VictoriaMetrics / Alertmanager binaries and small HTTP servers on 127.0.0.1 for the
+tests.
 
 Every process is started by a test, bound to an ephemeral port and stopped (by its own handle) at teardown.
 """
@@ -26,6 +27,7 @@ from tests.loopback import free_port
 PROMETHEUS = shutil.which("prometheus")
 VICTORIA = shutil.which("victoria-metrics")
 PROMTOOL = shutil.which("promtool")
+ALERTMANAGER = shutil.which("prometheus-alertmanager")
 
 
 def scrape_config(
@@ -185,6 +187,54 @@ def start_victoria(workdir: Path, config: dict[str, Any]) -> Engine:
         )
     engine = Engine("victoria-metrics", f"http://127.0.0.1:{port}", process, log_path)
     _wait_ready(engine, "/health")
+    return engine
+
+
+def start_alertmanager(
+    workdir: Path,
+    receiver_url: str,
+    *,
+    group_by: Sequence[str] = ("alertname", "target"),
+    group_wait: str = "1s",
+    group_interval: str = "1s",
+    repeat_interval: str = "1h",
+) -> Engine:
+    """Alertmanager routing every alert to one webhook receiver (resolved notifications on), no cluster.
+
+    The intervals are short so a test sees a group's notification within seconds; a repeat_interval longer
+    than the test means every notification the receiver counts is a new one, never a reminder."""
+    assert ALERTMANAGER is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "route": {
+            "receiver": "specwatch-test",
+            "group_by": list(group_by),
+            "group_wait": group_wait,
+            "group_interval": group_interval,
+            "repeat_interval": repeat_interval,
+        },
+        "receivers": [
+            {"name": "specwatch-test", "webhook_configs": [{"url": receiver_url, "send_resolved": True}]}
+        ],
+    }
+    config_path = workdir / "alertmanager.yml"
+    config_path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    log_path = workdir / "alertmanager.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                ALERTMANAGER,
+                f"--config.file={config_path}",
+                f"--storage.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    engine = Engine("alertmanager", f"http://127.0.0.1:{port}", process, log_path)
+    _wait_ready(engine, "/-/ready")
     return engine
 
 
