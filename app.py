@@ -125,11 +125,13 @@ def write_sim_history(
     stop: threading.Event | None = None,
     progress: Callable[[int, int], None] | None = None,
     slos: Sequence[Slo] = (),
+    gpu_hour_usd: float | None = None,
 ) -> int:
     """Write ``sim.history_h`` hours of the scenario into the store at ``path``, sampled as a collector would,
     ending at ``end_ts``, newest hour first (``sim.fill.demo_history``: the one history writer, also behind
     ``python -m sim history``); with ``slos``, their counts of that past too, read from the simulated
-    servers' bodies as the live collector reads them. Returns the raw rows written."""
+    servers' bodies as the live collector reads them; with ``gpu_hour_usd`` (``cost.gpu_hour_usd``), $ per
+    million tokens beside the GPUs' power. Returns the raw rows written."""
     from collectors.direct.slo_backfill import SloBackfill
     from collectors.store.slo_counts import SloCountStore
     from sim.fill import demo_history
@@ -151,6 +153,7 @@ def write_sim_history(
         stop=stop,
         progress=told,
         bodies=bodies,
+        gpu_hour_usd=gpu_hour_usd,
     )
     if counts is not None:
         counts.close()
@@ -182,7 +185,15 @@ def _fill_history_in_background(config: Config, sim: SimSettings, runtime: Runti
 
     def fill() -> None:
         try:
-            write_sim_history(path, sim, end_ts, stop=stop, progress=progress, slos=slos)
+            write_sim_history(
+                path,
+                sim,
+                end_ts,
+                stop=stop,
+                progress=progress,
+                slos=slos,
+                gpu_hour_usd=config.cost.gpu_hour_usd,
+            )
             runtime.history_note = ""
             if runtime.history_written is not None:
                 runtime.history_written()

@@ -82,6 +82,7 @@ def history(argv: Sequence[str]) -> int:
             seed=sim.seed,
             progress=lambda done: print(f"  {done}", file=sys.stderr, flush=True),
             sample_in_process=True,  # simulate in a child while this process writes: two cores, half the wall
+            gpu_hour_usd=config.cost.gpu_hour_usd,
         )
     except StoreNotEmptyError as exc:
         print(f"python -m sim history: {exc}", file=sys.stderr)

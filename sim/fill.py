@@ -88,9 +88,10 @@ def fill_store(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     sample_in_process: bool = False,
+    gpu_hour_usd: float | None = None,
 ) -> FillReport:
     """Write ``hours`` of the scenario's fleet ending at ``end_ts`` (default now) into an empty store
-    (``sample_in_process``: see ``write_history``)."""
+    (``sample_in_process``, ``gpu_hour_usd``: see ``write_history``)."""
     if not 0 < hours <= 400 * 24:
         raise ValueError(f"hours must be in (0, 9600], not {hours}")
     _check_step(step_s)
@@ -122,6 +123,7 @@ def fill_store(
         exclusive=True,
         progress=told,
         sample_in_process=sample_in_process,
+        gpu_hour_usd=gpu_hour_usd,
     )
 
 
@@ -137,6 +139,7 @@ def demo_history(
     stop: threading.Event | None = None,
     progress: Progress | None = None,
     bodies: BodyObserver | None = None,
+    gpu_hour_usd: float | None = None,
 ) -> FillReport:
     """The demo's past beside its live collector: whole hours ending at ``end_ts`` (the live fleet's start,
     so every hour begins where the hourly scenario loop does), newest first, raw rows every step; a row
@@ -158,6 +161,7 @@ def demo_history(
         stop=stop,
         progress=progress,
         bodies=bodies,
+        gpu_hour_usd=gpu_hour_usd,
     )
 
 
@@ -173,9 +177,12 @@ def write_history(
     progress: Progress | None = None,
     sample_in_process: bool = False,
     bodies: BodyObserver | None = None,
+    gpu_hour_usd: float | None = None,
 ) -> FillReport:
     """Sample each segment in turn and write it (``HistoryLoader``: ``exclusive`` = an empty store nothing
-    else writes, oldest segment first; else beside a live collector, in any order).
+    else writes, oldest segment first; else beside a live collector, in any order). Each server's GPUs are
+    read as its DCGM exporter shows them, and $ per million tokens derived at ``gpu_hour_usd`` (the config's
+    ``cost.gpu_hour_usd``; None: unknown), as the live collector derives them.
 
     ``sample_in_process``: the simulation runs in a child process a few chunks ahead while this one writes
     (the two halves cost about the same: on two cores the wall time nearly halves). Not inside the dashboard.
@@ -187,9 +194,9 @@ def write_history(
     raw_rows = rollup_samples = event_count = 0
     with HistoryLoader(store_path, exclusive=exclusive) as loader:
         if sample_in_process:
-            parts = _sampled_in_child(scenario, servers, segments, step_s)
+            parts = _sampled_in_child(scenario, servers, segments, step_s, gpu_hour_usd)
         else:
-            parts = _sampled(scenario, servers, segments, step_s, stop, bodies)
+            parts = _sampled(scenario, servers, segments, step_s, stop, bodies, gpu_hour_usd)
         with closing(parts):  # a failed write stops the sampling (and its child) at once
             for part in parts:
                 if isinstance(part, _SegmentEnd):
@@ -250,6 +257,7 @@ def _sampled(
     step_s: float,
     stop: threading.Event | None = None,
     bodies: BodyObserver | None = None,
+    gpu_hour_usd: float | None = None,
 ) -> Generator[_Part | _SegmentEnd, None, None]:
     """Each segment's chunks in time order, then its events and latest rows."""
     loaded = load_scenario(scenario)
@@ -260,7 +268,10 @@ def _sampled(
         recipes: dict[str, Recipe] = {}
         samplers = [
             Sampler(
-                sim_server(spec, i, segment.seed, loaded, segment.rollup_window_s), segment.start_ts, recipes
+                sim_server(spec, i, segment.seed, loaded, segment.rollup_window_s),
+                segment.start_ts,
+                recipes,
+                gpu_hour_usd,
             )
             for i, spec in enumerate(specs)
         ]
@@ -282,12 +293,18 @@ _AHEAD = 3  # chunks the child may sample ahead of the writer (memory: a few chu
 
 
 def _sampled_in_child(
-    scenario: str | Path, servers: int | None, segments: Sequence[Segment], step_s: float
+    scenario: str | Path,
+    servers: int | None,
+    segments: Sequence[Segment],
+    step_s: float,
+    gpu_hour_usd: float | None = None,
 ) -> Generator[_Part | _SegmentEnd, None, None]:
     context = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited locks or threads
     queue: multiprocessing.Queue[_Part | _SegmentEnd | BaseException | None] = context.Queue(_AHEAD)
     child = context.Process(
-        target=_sample_into, args=(queue, scenario, servers, list(segments), step_s), daemon=True
+        target=_sample_into,
+        args=(queue, scenario, servers, list(segments), step_s, gpu_hour_usd),
+        daemon=True,
     )
     child.start()
     try:
@@ -317,10 +334,11 @@ def _sample_into(
     servers: int | None,
     segments: list[Segment],
     step_s: float,
+    gpu_hour_usd: float | None = None,
 ) -> None:
     """The child's whole life: every part into ``queue``, then None (or the exception that stopped it)."""
     try:
-        for part in _sampled(scenario, servers, segments, step_s):
+        for part in _sampled(scenario, servers, segments, step_s, gpu_hour_usd=gpu_hour_usd):
             queue.put(part)
         queue.put(None)
     except BaseException as exc:  # its text crosses (any exception object might not)

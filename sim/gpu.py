@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,35 +137,53 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(identity: GpuIdentity, reading: Reading, mem_fraction_static: float | None) -> bytes:
-    """The /metrics body. ``mem_fraction_static`` is what SGLang reserved at boot; None while no process
-    holds the GPUs (booting: a bare context)."""
-    spread = [1.0 + 0.012 * (((i * 7 + 3) % 5) - 2) for i in range(identity.count)]  # GPU to GPU, ±2.4 %
-    if mem_fraction_static is None:
-        used_mib = FB_BOOT_MIB
-    else:
-        used_mib = round(FB_TOTAL_MIB * mem_fraction_static) + GRAPH_MIB
+def field_values(
+    count: int, reading: Reading, mem_fraction_static: float | None, only: Collection[str] | None = None
+) -> dict[str, list[str]]:
+    """Each field's value per GPU (index order) as the body prints it (the fields in ``only``, else all).
+    ``mem_fraction_static`` is what SGLang reserved at boot; None while no process holds the GPUs (booting:
+    a bare context). The history sampler reads the same texts (``sim.readings.scraped_gpu_samples``), so its
+    figures equal a scrape's."""
+    spread = _SPREAD[count] if count < len(_SPREAD) else _spread(count)
     busy, load = reading.busy_share, reading.load
+    out: dict[str, list[str]] = {}
+    for field in only if only is not None else _FIELD_NAMES:
+        if field == "DCGM_FI_DEV_GPU_TEMP":
+            out[field] = [str(round(34 + 46 * reading.power_w * s / TDP_W)) for s in spread]
+        elif field == "DCGM_FI_DEV_POWER_USAGE":
+            out[field] = [f"{reading.power_w * s:f}" for s in spread]  # dcgm-exporter prints doubles with %f
+        elif field == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
+            out[field] = [str(int(reading.energy_j * s * 1000)) for s in spread]
+        elif field == "DCGM_FI_DEV_GPU_UTIL":
+            out[field] = [str(round(100 * busy))] * count
+        elif field == "DCGM_FI_DEV_MEM_COPY_UTIL":  # decode streams weights and KV: bandwidth-bound
+            out[field] = [str(round(busy * (35 + 50 * load)))] * count
+        elif field in ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED"):
+            if mem_fraction_static is None:
+                used_mib = FB_BOOT_MIB
+            else:
+                used_mib = round(FB_TOTAL_MIB * mem_fraction_static) + GRAPH_MIB
+            free = field == "DCGM_FI_DEV_FB_FREE"
+            out[field] = [str(FB_TOTAL_MIB - used_mib if free else used_mib)] * count
+    return out
+
+
+def _spread(count: int) -> list[float]:
+    """Each GPU's share of the server's mean power and energy: GPU to GPU, ±2.4 %."""
+    return [1.0 + 0.012 * (((i * 7 + 3) % 5) - 2) for i in range(count)]
+
+
+_FIELD_NAMES = tuple(field for field, _, _ in FIELDS)
+_SPREAD = [_spread(count) for count in range(17)]
+
+
+def render(identity: GpuIdentity, reading: Reading, mem_fraction_static: float | None) -> bytes:
+    """The /metrics body (``field_values`` in dcgm-exporter's text format, one series per GPU)."""
+    values = field_values(identity.count, reading, mem_fraction_static)
     lines: list[str] = []
     for field, kind, text in FIELDS:
         lines += [f"# HELP {field} {text}", f"# TYPE {field} {kind}"]
-        for index in range(identity.count):
-            watts = reading.power_w * spread[index]
-            if field == "DCGM_FI_DEV_GPU_TEMP":
-                value = str(round(34 + 46 * watts / TDP_W))
-            elif field == "DCGM_FI_DEV_POWER_USAGE":
-                value = f"{watts:f}"  # dcgm-exporter prints doubles with %f
-            elif field == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
-                value = str(int(reading.energy_j * spread[index] * 1000))
-            elif field == "DCGM_FI_DEV_GPU_UTIL":
-                value = str(round(100 * busy))
-            elif field == "DCGM_FI_DEV_MEM_COPY_UTIL":
-                value = str(round(busy * (35 + 50 * load)))  # decode streams weights and KV: bandwidth-bound
-            elif field == "DCGM_FI_DEV_FB_FREE":
-                value = str(FB_TOTAL_MIB - used_mib)
-            else:
-                value = str(used_mib)
-            lines.append(f"{field}{{{identity.labels(index)}}} {value}")
+        lines += [f"{field}{{{identity.labels(i)}}} {value}" for i, value in enumerate(values[field])]
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -5,16 +5,20 @@ catalogue in ``collectors.signals``) but cannot afford a body per sample. The co
 every family a signal reads, one canonical sample per name (``Family.samples``): the tp_rank 0 series,
 counters and histograms summed over their other labels, a family's ``match`` labels selected, NaN left out.
 ``scraped_samples`` applies the same rules to the values ``sim.families`` would render, so the two agree
-exactly (tests/sim/test_history.py scrapes a served body to check it).
+exactly (tests/sim/test_history.py scrapes a served body to check it). ``scraped_gpu_samples`` does the same
+for the GPUs' DCGM exporter (``collectors.direct.gpu_scrape``'s fold: summed, averaged and counted over the
+server's GPUs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from collectors.signals import Family, all_families
+from collectors.derive import gpu_key
+from collectors.signals import Family, all_families, gpu_families
 from sim.families import FAMILY_BY_NAME, FamilyValues
 
 
@@ -73,4 +77,26 @@ def scraped_samples(values: Mapping[str, FamilyValues]) -> dict[str, float]:
             out[read.samples[1]] = sum(h.cumulative[-1] for h in series)
         elif (total := sum(series)) == total:
             out[read.samples[0]] = float(total)
+    return out
+
+
+GPU_FIELDS = tuple(family.name for family in gpu_families())  # the exporter's fields the catalogue reads
+
+
+def scraped_gpu_samples(fields: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """The values a scrape of a DCGM body printing ``fields`` (field → each GPU's value text, as
+    ``sim.gpu.field_values`` gives them) would add to a server's samples: each field the catalogue reads,
+    summed over the GPUs, averaged and counted; a field with a NaN on some GPU is left out."""
+    out: dict[str, float] = {}
+    for name in GPU_FIELDS:
+        texts = fields.get(name)
+        if not texts:
+            continue
+        per_gpu = [float(text) for text in texts]
+        if not all(math.isfinite(value) for value in per_gpu):
+            continue
+        total = math.fsum(per_gpu)
+        out[gpu_key(name)] = total
+        out[gpu_key(name, "avg")] = total / len(per_gpu)
+        out[gpu_key(name, "count")] = float(len(per_gpu))
     return out

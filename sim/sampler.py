@@ -2,19 +2,24 @@
 
 The same mechanism runs; the result is ``collectors.model`` snapshots, events and recipes. Signals are the
 live collector's: the catalogue's compiled derivation (``collectors.derive``) over the samples a scrape
-of the server's published values would read (``sim.readings``), once per published decode-log window (a
-window here spans several samples; between two, a sample repeats the last signals, as the body would).
+of the server's published values would read (``sim.readings``), with its GPUs' DCGM exporter (``sim.gpu``:
+power following the load, the energy counter) and the config's GPU-hour price, once per published decode-log
+window (a window here spans several samples; between two, a sample repeats the last signals, as the body
+would).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from collectors.derive import CounterState, derive_signals
 from collectors.model import Event, Recipe, Signals, TargetSnapshot
-from sim.readings import scraped_samples
+from collectors.signals import config_params
+from sim import gpu
+from sim.readings import GPU_FIELDS, scraped_gpu_samples, scraped_samples
 from sim.scenario import Scenario, ServerSpec, expand_servers, load_scenario
 from sim.server import SimServer
 from sim.server_engine import ServerEngine
@@ -41,9 +46,11 @@ class Deriver:
 
     Derived once per published decode-log window, as a scrape at the instant it was published would (the
     body shows the window, nothing of the next one streamed yet): rates span whole windows. Until the next
-    window a scrape would read the same body, so a sample repeats these signals."""
+    window a scrape would read the same body, so a sample repeats these signals. ``params``: the config's
+    numbers the catalogue reads (``signals.config_params``: the GPU-hour price)."""
 
-    def __init__(self) -> None:
+    def __init__(self, params: Mapping[str, float | None] | None = None) -> None:
+        self._params = params
         self._state: CounterState | None = None
         self._signals = _UNKNOWN
         self._window_s = -math.inf
@@ -52,13 +59,20 @@ class Deriver:
         """The server restarted: no rate spans the restart (the collector sees its counters fall)."""
         self._state, self._window_s = None, -math.inf
 
-    def derive(self, engine: ServerEngine, recipe: Recipe) -> Signals:
-        """The signals of ``engine``'s newest published window."""
+    def derive(
+        self, engine: ServerEngine, recipe: Recipe, meter: gpu.GpuMeter | None = None, gpus: int = 0
+    ) -> Signals:
+        """The signals of ``engine``'s newest published window; with ``meter``, what the server's ``gpus``
+        GPUs' exporter shows at that instant too (as a collector with ``gpu_exporter_url`` reads it)."""
         at_s = engine.published.at_s
         if at_s == self._window_s:
             return self._signals  # no new window since the last sample: nothing moved
         self._window_s = at_s
-        derivation = derive_signals(scraped_samples(signal_families(engine)), at_s, self._state, recipe)
+        values = scraped_samples(signal_families(engine))
+        if meter is not None and gpus > 0:
+            texts = gpu.field_values(gpus, meter.reading(engine, at_s), None, GPU_FIELDS)
+            values.update(scraped_gpu_samples(texts))
+        derivation = derive_signals(values, at_s, self._state, recipe, self._params)
         self._state, self._signals = derivation.state, derivation.signals
         return self._signals
 
@@ -73,14 +87,21 @@ def _failure(server: SimServer, now_s: float) -> str | None:
 
 
 class Sampler:
-    """One simulated server sampled as the collector would scrape it: ``sample(t)`` for increasing ``t``
-    (scenario seconds) gives (up, error, signals) and records down/up events at unix ``start + t``."""
+    """One simulated server sampled as the collector would scrape it (with its GPUs' exporter, and
+    ``gpu_hour_usd`` as ``cost.gpu_hour_usd``): ``sample(t)`` for increasing ``t`` (scenario seconds) gives
+    (up, error, signals) and records down/up events at unix ``start + t``."""
 
-    def __init__(self, server: SimServer, start_ts: float, recipes: dict[str, Recipe]) -> None:
+    def __init__(
+        self,
+        server: SimServer,
+        start_ts: float,
+        recipes: dict[str, Recipe],
+        gpu_hour_usd: float | None = None,
+    ) -> None:
         self.server, self.start_ts, self.recipes = server, start_ts, recipes
         self.name, self.deployment = server.spec.name, server.spec.deployment
         self.events: list[Event] = []
-        self._deriver = Deriver()
+        self._deriver = Deriver(config_params(gpu_hour_usd))
         self._was_up, self._restarts = True, 0
         # Building a recipe and hashing its flags are not free: once per recipe (it changes at restarts).
         self.recipe = server.recipe
@@ -121,7 +142,11 @@ class Sampler:
         if not self._was_up:
             self.events.append(Event(ts, self.name, "up", "scrapes succeed again"))
             self._was_up = True
-        return True, None, self._deriver.derive(server.engine, self.recipe)
+        return (
+            True,
+            None,
+            self._deriver.derive(server.engine, self.recipe, server.gpu_meter, gpu.gpu_count(server.args)),
+        )
 
     def server_events(self, duration_s: float) -> list[Event]:
         """Restarts and recipe changes of the server within [0, duration_s], at unix timestamps."""
@@ -153,10 +178,11 @@ def synthesize_history(
     step_s: float = 5.0,
     end_ts: float | None = None,
     seed: int = 0,
+    gpu_hour_usd: float | None = None,
 ) -> tuple[list[TargetSnapshot], list[Event], dict[str, Recipe]]:
     """Snapshots every ``step_s`` for ``duration_s`` ending at ``end_ts`` (default now), in time order per
     server; events (restart, recipe_change, down, up) with unix timestamps; every recipe seen, by
-    recipe_id."""
+    recipe_id. ``gpu_hour_usd``: the price $ per million tokens is derived at (None: unknown)."""
     if not 0 < step_s <= duration_s:
         raise ValueError(f"step_s must be in (0, duration_s]; got step_s={step_s}, duration_s={duration_s}")
     if duration_s > 400 * 86_400:
@@ -170,7 +196,8 @@ def synthesize_history(
     events: list[Event] = []
     recipes: dict[str, Recipe] = {}
     for index, spec in enumerate(specs):
-        sampler = Sampler(sim_server(spec, index, seed, loaded, WINDOW_SAMPLES * step_s), start, recipes)
+        server = sim_server(spec, index, seed, loaded, WINDOW_SAMPLES * step_s)
+        sampler = Sampler(server, start, recipes, gpu_hour_usd)
         for k in range(1, samples + 1):
             up, error, signals = sampler.sample(k * step_s)
             snapshots.append(

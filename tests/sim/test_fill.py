@@ -164,10 +164,24 @@ def plain_main(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_sampling_in_a_child_process_writes_the_same_store(tmp_path: Path) -> None:
     # The command simulates in a child process while the parent writes: the parts cross as arrays.
     for name, child in (("here.sqlite", False), ("child.sqlite", True)):
-        fill_store(tmp_path / name, servers=2, hours=1, raw_hours=0.5, end_ts=END, sample_in_process=child)
+        fill_store(
+            tmp_path / name,
+            servers=2,
+            hours=1,
+            raw_hours=0.5,
+            end_ts=END,
+            sample_in_process=child,
+            gpu_hour_usd=2.5,  # the price crosses to the child too
+        )
     here, there = _tables(tmp_path / "here.sqlite"), _tables(tmp_path / "child.sqlite")
     assert here == there
     assert len(here["samples"]) == 2 * 360
+    db = sqlite3.connect(tmp_path / "child.sqlite")
+    try:
+        (priced,) = db.execute("SELECT count(usd_per_million_tokens) FROM samples").fetchone()
+    finally:
+        db.close()
+    assert priced > 360  # most samples of two busy servers are priced
 
 
 @pytest.mark.usefixtures("plain_main")

@@ -1,9 +1,10 @@
 """The demo's history derives its signals as the live collector does: the same catalogue, the same formula.
 
 One simulated server is sampled by ``sim.sampler.Sampler`` (no HTTP) and scraped over loopback HTTP by the
-collector's ``DirectSource``. History derives once per published decode-log window, as a scrape at the instant
-the window was published: the collector scrapes then too, so both derive from the same body and every signal
-must be equal to the last bit.
+collector's ``DirectSource``, its GPUs' DCGM exporter too (``targets[].gpu_exporter_url``), both at the demo's
+price. History derives once per published decode-log window, as a scrape at the instant the window was
+published: the collector scrapes then too, so both derive from the same bodies and every signal — the GPU
+power, tokens per joule and $ per million tokens with the rest — must be equal to the last bit.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import pytest
 
 from collectors.direct.direct_source import DirectSource
 from collectors.model import Recipe, Signals
+from collectors.signals import config_params
 from config import ScrapeSettings
+from sim.gpu import gpu_count
 from sim.http import Listener
 from sim.sampler import Deriver, Sampler
 from sim.scenario import expand_servers, load_scenario
@@ -26,6 +29,7 @@ from sim.server import SimServer
 START_TS = 1_800_000_000.0
 STEP_S = 5.0
 WINDOW_S = 15.0  # the demo history's decode-log windows (sim.sampler.WINDOW_SAMPLES × 5 s)
+PRICE = 2.5  # USD per GPU-hour (config/default.yaml's cost.gpu_hour_usd)
 
 
 class _Clock:
@@ -54,16 +58,19 @@ def _server(name: str, clock: _Clock) -> SimServer:
 
 @contextmanager
 def _served(server: SimServer) -> Iterator[None]:
-    """``server`` answering HTTP on a loopback port, from an event loop of its own."""
+    """``server`` and its GPUs' exporter answering HTTP on loopback ports, from an event loop of its own."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     listener = Listener("127.0.0.1", 0, server.handle)
+    exporter = Listener("127.0.0.1", 0, server.handle_gpu_exporter)
     try:
         asyncio.run_coroutine_threadsafe(listener.open(), loop).result(10)
-        server.port = listener.port
+        asyncio.run_coroutine_threadsafe(exporter.open(), loop).result(10)
+        server.port, server.gpu_exporter_port = listener.port, exporter.port
         yield
     finally:
+        asyncio.run_coroutine_threadsafe(exporter.shutdown(), loop).result(10)
         asyncio.run_coroutine_threadsafe(listener.shutdown(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
@@ -72,9 +79,9 @@ def _served(server: SimServer) -> Iterator[None]:
 
 def _collector(server: SimServer, clock: _Clock) -> DirectSource:
     settings = ScrapeSettings(interval_s=STEP_S, timeout_s=3.0)
-    # SGLang's own signals: the synthesised history has no GPU telemetry (nor is the exporter served here).
-    target = server.target.model_copy(update={"gpu_exporter_url": None})
-    return DirectSource(settings, [target], rate_clock=clock)  # rates: simulated seconds, as history
+    assert server.target.gpu_exporter_url == server.gpu_exporter_url  # the GPUs are read beside /metrics
+    # Rates: simulated seconds, as history.
+    return DirectSource(settings, [server.target], rate_clock=clock, params=config_params(PRICE))
 
 
 def _scraped(source: DirectSource) -> Signals:
@@ -89,7 +96,7 @@ def test_history_signals_equal_a_live_scrape_of_the_same_server(name: str) -> No
     clock = _Clock()
     server = _server(name, clock)
     recipes: dict[str, Recipe] = {}
-    sampler = Sampler(server, START_TS, recipes)
+    sampler = Sampler(server, START_TS, recipes, PRICE)
     compared: list[Signals] = []
     with _served(server):
         source = _collector(server, clock)
@@ -110,6 +117,14 @@ def test_history_signals_equal_a_live_scrape_of_the_same_server(name: str) -> No
     # The decode counter, not the completion counter: throughput = accepted tokens per step / step latency.
     assert all(s.tokens_per_verify is None for s in busy) == (name == "k3-west-plain")
     assert all(s.cache_hit_rate is not None and s.state_pool_usage is not None for s in busy)
+    # The GPUs: power from the energy counter's rate once it has a window, and what it buys.
+    assert all(s.gpu_count == 2 and s.gpu_power_w is not None and s.gpu_power_w > 0 for s in busy)
+    for s in busy:
+        assert s.output_tok_s is not None and s.gpu_power_w is not None and s.gpu_count is not None
+        assert s.tokens_per_joule == pytest.approx(s.output_tok_s / s.gpu_power_w, rel=1e-12)
+        assert s.usd_per_million_tokens == pytest.approx(
+            PRICE * s.gpu_count / (s.output_tok_s * 3600) * 1e6, rel=1e-12
+        )
 
 
 def test_state_pool_usage_is_unknown_where_the_pool_has_no_slots() -> None:
@@ -123,7 +138,8 @@ def test_state_pool_usage_is_unknown_where_the_pool_has_no_slots() -> None:
     clock.t = server.engine.published.at_s
     assert Deriver().derive(server.engine, server.recipe).state_pool_usage == gauges.mamba_usage > 0
     gauges.mamba_used = gauges.mamba_available = gauges.mamba_evictable = 0
-    history = Deriver().derive(server.engine, server.recipe)
+    deriver = Deriver(config_params(PRICE))
+    history = deriver.derive(server.engine, server.recipe, server.gpu_meter, gpu_count(server.args))
     with _served(server):
         live = _scraped(_collector(server, clock))
     assert history.state_pool_usage is None
