@@ -253,6 +253,90 @@ def recipe_curve(cells: pd.DataFrame, value: str, title: str, order: Sequence[st
     return top_chart(alt.layer(band, line).properties(height=240))
 
 
+DOMINATED_COLOR = "#c7c7c7"
+USER_LANE_TITLE = "output tok/s per request (the user's lane)"
+FLEET_LANE_TITLE = "output tok/s per GPU (the fleet's lane)"
+
+
+def pareto_chart(marked: pd.DataFrame, offline: pd.DataFrame, order: Sequence[str]) -> TopChart:
+    """The recipes' Pareto: per-request tok/s (x) against tok/s per GPU (y). Each recipe a thin curve across
+    its concurrency bins (``order``), a dot per bin labelled with it — grey where another point dominates it
+    beyond noise (``analysis.pareto.mark_frontier``) — the frontier a dark dashed line, and offline runs
+    (``analysis.offline_live.offline_points``) as hollow rings labelled "32 offline"."""
+    recipes = sorted({*marked["recipe"], *offline["recipe"]})
+    # The legend's symbols at full strength (the curves' layer is faint).
+    color = alt.Color(
+        "recipe:N",
+        title="recipe",
+        scale=alt.Scale(domain=recipes, scheme="tableau10"),
+        legend=alt.Legend(orient="top", symbolOpacity=1.0),
+    )
+    x = alt.X("user_tok_s:Q", title=USER_LANE_TITLE, scale=alt.Scale(zero=False, nice=True))
+    y = alt.Y(
+        "gpu_tok_s:Q",
+        title=FLEET_LANE_TITLE,
+        scale=alt.Scale(zero=False),
+        axis=alt.Axis(format=NUMBER_FORMAT),
+    )
+    rank = {label: index for index, label in enumerate(order)}
+    live = marked[
+        ["recipe", "concurrency", "user_tok_s", "gpu_tok_s", "running", "samples", "frontier", "dominated"]
+    ].assign(
+        rank=marked["concurrency"].map(rank),
+        status=marked["dominated"].map({True: "dominated", False: "not dominated"}),
+    )
+    tooltip = [
+        alt.Tooltip("recipe:N"),
+        alt.Tooltip("concurrency:N", title="running (bin)"),
+        alt.Tooltip("user_tok_s:Q", title="tok/s per request", format=",.1f"),
+        alt.Tooltip("gpu_tok_s:Q", title="tok/s per GPU", format=",.0f"),
+    ]
+    curves = (
+        alt.Chart(live)
+        .mark_line(strokeWidth=1.5, opacity=0.45)
+        .encode(x=x, y=y, color=color, order=alt.Order("rank:Q"), detail="recipe:N")
+    )
+    frontier = (
+        alt.Chart(live[live["frontier"]].sort_values("user_tok_s"))
+        .mark_line(color="#333", strokeDash=[6, 4], strokeWidth=2)
+        .encode(x=x, y=y, order=alt.Order("user_tok_s:Q"))
+    )
+    dots = (
+        alt.Chart(live)
+        .mark_circle(size=110, opacity=0.95)
+        .encode(
+            x=x,
+            y=y,
+            color=alt.condition(alt.datum.dominated, alt.value(DOMINATED_COLOR), color),
+            tooltip=[
+                *tooltip,
+                alt.Tooltip("running:Q", title="mean running", format=".1f"),
+                alt.Tooltip("samples:Q"),
+                alt.Tooltip("status:N", title="noise floor"),
+            ],
+        )
+    )
+    labels = (
+        alt.Chart(live)
+        .mark_text(align="left", dx=7, dy=-7, fontSize=11, color="#555")
+        .encode(x=x, y=y, text="concurrency:N")
+    )
+    layers: list[alt.Chart] = [curves, frontier, dots, labels]
+    if not offline.empty:
+        base = alt.Chart(offline[["recipe", "concurrency", "label", "user_tok_s", "gpu_tok_s"]])
+        layers.append(
+            base.mark_point(shape="circle", filled=False, size=150, strokeWidth=2).encode(
+                x=x, y=y, color=color, tooltip=[*tooltip, alt.Tooltip("label:N", title="offline run")]
+            )
+        )
+        layers.append(
+            base.mark_text(align="left", dx=8, dy=9, fontSize=10, fontStyle="italic", color="#777").encode(
+                x=x, y=y, text="label:N"
+            )
+        )
+    return top_chart(alt.layer(*layers).properties(height=360))
+
+
 # -- scaling -------------------------------------------------------------------------------------------------
 def scaling_chart(curve: pd.DataFrame, value: str, title: str, knee_running: float | None) -> TopChart:
     """One scaling measure against running requests: a dot per concurrency level, the knee a dashed rule."""

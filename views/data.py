@@ -46,6 +46,7 @@ from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, SampleColumns
 from collectors.slo import Slo
 from collectors.slo_ledger import SloCounts
 from collectors.source import History, open_history
+from collectors.store.offline_runs import OfflineRun, OfflineRunStore
 from config import Config
 from views import fleet_frames, frames
 from views.page_context import TimeWindow, quantised_window
@@ -424,6 +425,7 @@ def clear_all_caches() -> None:
     _slo_fleet.clear()
     _capacity_advice.clear()
     _hourly_demand.clear()
+    offline_runs.clear()
     for reads in list(_OPEN_READERS):
         reads.drop_caches()
 
@@ -633,3 +635,23 @@ def _capacity_advice(
 def _hourly_demand(reads: StoreReader, hour_ts: float) -> DemandSeries:
     """The complete hours of the last week per deployment: they change once an hour."""
     return reads.call(lambda store: read_hourly_demand(store, hour_ts))
+
+
+# -- offline runs --------------------------------------------------------------------------------------------
+# ``specwatch import bench`` stores sglang.bench_serving runs in the history file (a few rows per file): read
+# whole, kept as they are (frozen records, never modified by a page), at most a minute old.
+@st.cache_resource(ttl=60, max_entries=4, show_spinner=False, hash_funcs=BY_READER)
+def offline_runs(reads: StoreReader) -> tuple[OfflineRun, ...]:
+    """Every offline benchmark run in the store (by recipe, then concurrency); none before the first import
+    (the dashboard never creates the table, nor the file)."""
+    return reads.call(lambda _history: _stored_offline_runs(reads.path))
+
+
+def _stored_offline_runs(path: str) -> tuple[OfflineRun, ...]:
+    if path == ":memory:" or not Path(path).is_file():
+        return ()
+    store = OfflineRunStore(path, create=False)
+    try:
+        return tuple(store.runs())
+    finally:
+        store.close()

@@ -1,5 +1,6 @@
-"""The Recipes page: servers grouped by recipe, the flag diff between two recipes, and their comparison at
-matched concurrency and context — with noise bands, "within noise" verdicts and the ratio split into the
+"""The Recipes page: servers grouped by recipe, the Pareto of recipes (tok/s per request against tok/s per
+GPU) with offline benchmark runs beside production, the flag diff between two recipes, and their comparison
+at matched concurrency and context — with noise bands, "within noise" verdicts and the ratio split into the
 accept-length numerator and the step-latency denominator.
 """
 
@@ -21,7 +22,7 @@ from analysis.fraction import (
 )
 from analysis.words import times
 from collectors.model import RECIPE_FLAGS, FlagValue
-from views import analysis_charts, blocks, data, energy, formatting
+from views import analysis_charts, blocks, data, energy, formatting, recipe_pareto
 from views import probes as probe_views
 from views.page_context import PageContext
 
@@ -52,6 +53,9 @@ def render(ctx: PageContext) -> None:
                 "context (median)": st.column_config.NumberColumn(format="compact"),
             },
         )
+        runs = data.offline_runs(ctx.reads)
+        recipe_pareto.pareto_block(usable, runs)
+        recipe_pareto.offline_block(usable, runs)
         energy.recipes_block(usable)
         ranked = list(usable.groupby("recipe").size().sort_values(ascending=False).index)
         if len(ranked) < 2:
