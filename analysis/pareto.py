@@ -215,8 +215,8 @@ def describe_pair(a: str, b: str, verdicts: Sequence[BinVerdict]) -> str | None:
         low, high = _low(run[0].concurrency), _high(run[-1].concurrency)
         if index == len(runs) - 1:
             where = f"above {low - 1} running ({_span(low, high)})"
-        elif index == 0:
-            where = f"at {high} running" + ("" if low == high else f" and below ({_span(low, high)})")
+        elif index == 0 and len(run) > 1:
+            where = f"at {high} running and below ({_span(low, high)})"
         else:
             where = f"at {_span(low, high)} running"
         clauses.append(f"{_clause(run, a, b)} {where}")
