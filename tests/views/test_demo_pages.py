@@ -1,10 +1,12 @@
 """The demo as `make run` shows it: six hours of the simulated fleet's history (written by the dashboard's own
-history filler), every page through AppTest, and the numbers the Context, Capacity and Recipes pages show
-checked against the mechanism and the simulator's raw output — never against a page run.
+history filler, at the demo's price) and its shipped benchmark results, every page through AppTest, and the
+numbers the Context, Capacity and Recipes pages show checked against the mechanism, the simulator's raw output
+and the shipped result files — never against a page run.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -12,7 +14,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -21,11 +25,13 @@ from collectors.model import TargetSnapshot
 from collectors.store.sqlite_store import SqliteStore
 from config import SimSettings
 from sim import calibration as cal
+from sim.bench_client import result_files
 from sim.sampler import synthesize_history
 from tests.views.conftest import page_test, write_config
 from views.menu import PAGES
 
 HOURS = 6
+PRICE = 2.5  # config/default.yaml's cost.gpu_hour_usd
 
 
 @dataclass(frozen=True)
@@ -40,9 +46,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     folder = tmp_path_factory.mktemp("demo")
     store_path = folder / "history.sqlite"
     end_ts = time.time()
-    written = app.write_sim_history(str(store_path), SimSettings(scenario="demo", history_h=HOURS), end_ts)
+    sim = SimSettings(scenario="demo", history_h=HOURS)
+    written = app.write_sim_history(str(store_path), sim, end_ts, gpu_hour_usd=PRICE)
     assert written == 11 * HOURS * 720  # eleven servers, one sample every 5 s
-    return Demo(write_config(folder / "specwatch.yaml", store_path, interval_s=5.0), store_path, end_ts)
+    app._import_shipped_bench_results(str(store_path), "demo")  # as the demo does at start
+    config = write_config(folder / "specwatch.yaml", store_path, interval_s=5.0, gpu_hour_usd=PRICE)
+    return Demo(config, store_path, end_ts)
 
 
 def open_page(demo: Demo, page: str, range_key: str = "6h") -> AppTest:
@@ -154,3 +163,56 @@ def test_recipes_judges_block_size_3_faster_than_7(demo: Demo) -> None:
     assert windows >= 10
     assert ratio > 1.3  # block size 3 trades accept length for a much cheaper step (the seed: 1.68×)
     assert factor(shown["Accept length"]) < 1.0  # ... accept length down, throughput up
+
+
+def _shipped_runs() -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for path in result_files("demo")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+
+
+def test_recipes_shows_the_pareto_with_the_shipped_offline_runs(demo: Demo) -> None:
+    """The Pareto at the demo's chat context with a ring per shipped run; the shipped sweep's crossover (the
+    default window ahead at one request, block size 3 from 16 up) in words; each run's offline figure as its
+    file says; energy and cost per recipe from the history's GPU telemetry and the demo's price."""
+    store = SqliteStore(demo.store_path)
+    try:
+        recipes = store.recipes()
+    finally:
+        store.close()
+    spec = {rid: r for rid, r in recipes.items() if r.get("speculative_algorithm")}
+    by_block = {r.get("speculative_dspark_block_size"): rid for rid, r in spec.items()}
+    shipped, default_window = by_block[3], by_block[7]
+    at = open_page(demo, "recipes")
+    assert_clean(at)
+    assert at.selectbox(key="pareto_context").value == "1K–2K"  # the chat servers' context: most samples
+    charts = [
+        pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+        for element in at.get("vega_lite_chart")
+        for d in element.proto.datasets
+    ]
+    rings = next(frame for frame in charts if "label" in frame.columns)
+    runs = _shipped_runs()
+    assert sorted(rings["label"]) == sorted(f"{run['max_concurrency']} offline" for run in runs)
+    for run in runs:
+        user = 1000 / run["mean_tpot_ms"]
+        drawn = rings[(rings["label"] == f"{run['max_concurrency']} offline") & (rings["user_tok_s"] == user)]
+        assert len(drawn) == 1, run["tag"]
+        gpus = run["server_info"]["tp_size"] * run["server_info"]["dp_size"]
+        assert drawn["gpu_tok_s"].iloc[0] == pytest.approx(run["output_throughput"] / gpus)
+    live = next(frame for frame in charts if "dominated" in frame.columns)
+    assert {shipped, default_window} <= set(live["recipe"])
+    text = "\n".join(str(m.value) for m in at.markdown)
+    assert f"**{default_window}** dominates **{shipped}** at 1 running" in text
+    assert f"**{shipped}** dominates **{default_window}** above 8 running (9–64)" in text
+    at_32 = next(r for r in runs if r["max_concurrency"] == 32 and "k3-east-0" in r["tag"])
+    assert (
+        f"- **{shipped}**: offline {1000 / at_32['mean_tpot_ms']:,.1f} tok/s per request at 32 "
+        f"({at_32['output_throughput']:,.0f} tok/s in all), production "
+    ) in text
+    energy = next(e.value for e in at.dataframe if "tokens_per_joule" in e.value.columns)
+    assert energy["tokens_per_joule"].notna().all()
+    assert energy["usd_per_million_tokens"].notna().all()
