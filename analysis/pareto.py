@@ -104,30 +104,36 @@ def verdict(a: tuple[float, float], b: tuple[float, float], noise: float = NOISE
 
 
 def mark_frontier(points: pd.DataFrame, noise: float = NOISE_FRACTION) -> pd.DataFrame:
-    """``points`` with ``frontier`` (no other point is at least as good in both lanes and better in one: the
-    line drawn) and ``dominated`` (another point dominates it beyond the noise floor: greyed), and
-    ``dominated_by`` ("recipe at bin" of such a point — one at the same concurrency if any — else "")."""
+    """``points`` with ``dominated`` (a point of another recipe dominates it beyond the noise floor: greyed),
+    ``dominated_by`` ("recipe at bin" of such a point — one at the same concurrency if any — else "") and
+    ``frontier`` (the line drawn: among the points not dominated, those no other one is at least as good as in
+    both lanes and better in one). A recipe's own points never grey each other: its curve across concurrency
+    is the trade-off the frontier is made of; the greying says where another recipe is the better choice."""
     user = points["user_tok_s"].to_numpy(np.float64)
     fleet = points["gpu_tok_s"].to_numpy(np.float64)
-    frontier, dominated, by = [], [], []
+    recipe = points["recipe"].to_numpy()
+    level = points["concurrency"].to_numpy()
+    dominated, by = [], []
     for i in range(len(points)):
-        others = [j for j in range(len(points)) if j != i]
-        frontier.append(
-            not any(
-                user[j] >= user[i] and fleet[j] >= fleet[i] and (user[j] > user[i] or fleet[j] > fleet[i])
-                for j in others
-            )
-        )
-        beaten = [j for j in others if verdict((user[j], fleet[j]), (user[i], fleet[i]), noise) == "a"]
-        level = points["concurrency"].iloc[i]
-        beaten.sort(key=lambda j: points["concurrency"].iloc[j] != level)  # same concurrency first (stable)
+        beaten = [
+            j
+            for j in range(len(points))
+            if recipe[j] != recipe[i] and verdict((user[j], fleet[j]), (user[i], fleet[i]), noise) == "a"
+        ]
+        beaten.sort(key=lambda j: level[j] != level[i])  # the same concurrency first (stable)
         dominated.append(bool(beaten))
-        by.append(_point_name(points.iloc[beaten[0]]) if beaten else "")
+        by.append(f"{recipe[beaten[0]]} at {level[beaten[0]]}" if beaten else "")
+    kept = [i for i in range(len(points)) if not dominated[i]]
+    frontier = [
+        not dominated[i]
+        and not any(
+            user[j] >= user[i] and fleet[j] >= fleet[i] and (user[j] > user[i] or fleet[j] > fleet[i])
+            for j in kept
+            if j != i
+        )
+        for i in range(len(points))
+    ]
     return points.assign(frontier=frontier, dominated=dominated, dominated_by=by)
-
-
-def _point_name(point: pd.Series) -> str:
-    return f"{point['recipe']} at {point['concurrency']}"
 
 
 # -- two recipes across concurrency --------------------------------------------------------------------------

@@ -260,7 +260,7 @@ FLEET_LANE_TITLE = "output tok/s per GPU (the fleet's lane)"
 
 def pareto_chart(marked: pd.DataFrame, offline: pd.DataFrame, order: Sequence[str]) -> TopChart:
     """The recipes' Pareto: per-request tok/s (x) against tok/s per GPU (y). Each recipe a thin curve across
-    its concurrency bins (``order``), a dot per bin labelled with it — grey where another point dominates it
+    its concurrency bins (``order``), a dot per bin labelled with it — grey where another recipe dominates it
     beyond noise (``analysis.pareto.mark_frontier``) — the frontier a dark dashed line, and offline runs
     (``analysis.offline_live.offline_points``) as hollow rings labelled "32 offline"."""
     recipes = sorted({*marked["recipe"], *offline["recipe"]})

@@ -33,7 +33,8 @@ POINT_COLUMNS = {
     "frontier": st.column_config.CheckboxColumn("on the frontier"),
     "dominated_by": st.column_config.TextColumn(
         "dominated by",
-        help=f"a point better in one lane beyond ±{NOISE_FRACTION:.0%} and not worse in the other",
+        help=f"another recipe's point: better in one lane beyond ±{NOISE_FRACTION:.0%}, not worse in the "
+        "other",
     ),
 }
 
@@ -92,8 +93,9 @@ def pareto_block(usable: pd.DataFrame, runs: Sequence[OfflineRun]) -> None:
         f"Per recipe and running-request bin, at **{context}** context "
         f"({'the bin most samples share' if context == bins[0] else 'picked'}): tok/s one request sees "
         "(1 / TPOT, the user's lane) against output tok/s per GPU (the fleet's lane). More running requests "
-        "trade the first for the second; the dashed line is the frontier. Grey: another point is better in "
-        f"one lane by more than the ±{NOISE_FRACTION:.0%} run-to-run floor and not worse in the other. "
+        "trade the first for the second; the dashed line is the frontier. Grey: another recipe is better "
+        f"there in one lane by more than the ±{NOISE_FRACTION:.0%} run-to-run floor and not worse in the "
+        "other. "
         "Rings: offline benchmark runs at this context (not part of the frontier). Bins with "
         f"≥ {MIN_SAMPLES} samples."
     )

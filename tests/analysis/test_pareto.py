@@ -148,3 +148,18 @@ def test_a_lane_call_reads_the_same_whichever_side_comes_first() -> None:
     assert pareto.lane_call(109.0, 100.0) == pareto.lane_call(100.0, 109.0) == 0
     # Within noise in one lane, better in the other: dominates.
     assert pareto.verdict((100.0, 100.0), (95.0, 120.0)) == "b"
+
+
+def test_a_recipes_own_points_never_grey_each_other_and_grey_is_never_on_the_line() -> None:
+    # At 2 running a recipe gives up 5% per request (inside the floor) for 90% more per GPU than at 1.
+    own = _rows("r-e", "e-1", 1, 105.0) + _rows("r-e", "e-2", 2, 100.0)
+    marked = pareto.mark_frontier(pareto.pareto_points(prepare(pd.DataFrame(own)), "1K–2K"))
+    assert not marked["dominated"].any()  # its own curve: the trade-off, not a loser
+    assert marked["frontier"].all()
+    # The same two points from two recipes: the one at 1 is where the other recipe is the better choice, and
+    # the line (strictly better nowhere: it is 5% faster per request) leaves it out.
+    other = _rows("r-e", "e-1", 1, 105.0) + _rows("r-f", "f-2", 2, 100.0)
+    marked = pareto.mark_frontier(pareto.pareto_points(prepare(pd.DataFrame(other)), "1K–2K"))
+    by_recipe = marked.set_index("recipe")
+    assert by_recipe.loc["r-e", "dominated_by"] == "r-f at 2"
+    assert list(marked["frontier"]) == [False, True]

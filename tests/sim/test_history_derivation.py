@@ -120,7 +120,9 @@ def test_history_signals_equal_a_live_scrape_of_the_same_server(name: str) -> No
     # The GPUs: power from the energy counter's rate once it has a window, and what it buys.
     assert all(s.gpu_count == 2 and s.gpu_power_w is not None and s.gpu_power_w > 0 for s in busy)
     for s in busy:
-        assert s.output_tok_s is not None and s.gpu_power_w is not None and s.gpu_count is not None
+        assert s.output_tok_s is not None
+        assert s.gpu_power_w is not None
+        assert s.gpu_count is not None
         assert s.tokens_per_joule == pytest.approx(s.output_tok_s / s.gpu_power_w, rel=1e-12)
         assert s.usd_per_million_tokens == pytest.approx(
             PRICE * s.gpu_count / (s.output_tok_s * 3600) * 1e6, rel=1e-12
