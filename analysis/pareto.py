@@ -57,22 +57,26 @@ def pareto_points(usable: pd.DataFrame, context_bin: str) -> pd.DataFrame:
     recipe, then concurrency."""
     rows = _usable(usable)
     rows = rows[rows["context_bin"] == context_bin]
-    out = []
-    for (recipe, concurrency), group in rows.groupby(["recipe", "concurrency"]):
-        if len(group) < MIN_SAMPLES:
-            continue
-        out.append(
-            {
-                "recipe": str(recipe),
-                "concurrency": str(concurrency),
-                "user_tok_s": float(group["per_request_tok_s"].mean()),
-                "gpu_tok_s": float(group["output_tok_s"].sum() / group["gpu_count"].sum()),
-                "running": float(group["running"].mean()),
-                "samples": len(group),
-                "servers": int(group["target"].nunique()) if "target" in group else 1,
-            }
+    if rows.empty:
+        return pd.DataFrame(columns=POINT_COLUMNS)
+    grouped = (
+        rows.groupby(["recipe", "concurrency"], observed=True)
+        .agg(
+            samples=("per_request_tok_s", "size"),
+            user_tok_s=("per_request_tok_s", "mean"),
+            output=("output_tok_s", "sum"),
+            gpus=("gpu_count", "sum"),
+            running=("running", "mean"),
+            servers=("target", "nunique"),
         )
-    points = pd.DataFrame(out, columns=POINT_COLUMNS)
+        .reset_index()
+    )
+    grouped = grouped[grouped["samples"] >= MIN_SAMPLES]
+    points = grouped.assign(
+        recipe=grouped["recipe"].astype(str),
+        concurrency=grouped["concurrency"].astype(str),
+        gpu_tok_s=grouped["output"] / grouped["gpus"],  # Σ output ÷ Σ GPUs, never a mean of ratios
+    )[POINT_COLUMNS]
     return _by_concurrency(points)
 
 
