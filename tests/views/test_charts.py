@@ -152,6 +152,47 @@ def test_recipe_bars_carry_the_noise_band() -> None:
     assert bars["encoding"]["y"]["title"] == "tok/s per request"
 
 
+def test_pareto_greys_the_dominated_draws_the_frontier_and_rings_the_offline_runs() -> None:
+    marked = pd.DataFrame(
+        {
+            "recipe": ["a", "a", "b", "b"],
+            "concurrency": ["1", "17–32", "1", "17–32"],
+            "user_tok_s": [150.0, 40.0, 120.0, 55.0],
+            "gpu_tok_s": [75.0, 640.0, 60.0, 880.0],
+            "running": [1.0, 32.0, 1.0, 32.0],
+            "samples": [12, 12, 12, 12],
+            "frontier": [True, False, False, True],
+            "dominated": [False, True, True, False],
+            "dominated_by": ["", "b at 17–32", "a at 1", ""],
+        }
+    )
+    offline = pd.DataFrame(
+        {
+            "recipe": ["c"],
+            "concurrency": ["17–32"],
+            "label": ["32 offline"],
+            "user_tok_s": [58.0],
+            "gpu_tok_s": [747.0],
+            "context_bin": ["1K–2K"],
+        }
+    )
+    spec = analysis_charts.pareto_chart(marked, offline, ["1", "17–32"]).to_dict()
+    curves, frontier, dots, labels, rings, ring_labels = spec["layer"]
+    assert dots["encoding"]["x"]["title"] == analysis_charts.USER_LANE_TITLE
+    assert dots["encoding"]["y"]["title"] == analysis_charts.FLEET_LANE_TITLE
+    # Grey where dominated, the recipe's colour elsewhere; every recipe (offline-only ones too) in the legend.
+    assert dots["encoding"]["color"]["condition"]["value"] == analysis_charts.DOMINATED_COLOR
+    assert dots["encoding"]["color"]["field"] == "recipe"
+    assert dots["encoding"]["color"]["scale"]["domain"] == ["a", "b", "c"]
+    # The frontier joins only its points, by the user's lane; the curves go across concurrency.
+    assert [(r["recipe"], r["concurrency"]) for r in rows(spec, frontier)] == [("b", "17–32"), ("a", "1")]
+    assert curves["encoding"]["order"]["field"] == "rank"
+    assert labels["encoding"]["text"]["field"] == "concurrency"
+    # Offline runs: hollow rings, labelled.
+    assert rings["mark"]["filled"] is False
+    assert [r["label"] for r in rows(spec, ring_labels)] == ["32 offline"]
+
+
 def test_alert_timeline_spans_the_whole_window() -> None:
     transitions = pd.DataFrame(
         {

@@ -32,6 +32,7 @@ from views.menu import PAGES
 
 HOURS = 6
 PRICE = 2.5  # config/default.yaml's cost.gpu_hour_usd
+FRESH_FOR_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,10 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     folder = tmp_path_factory.mktemp("demo")
     store_path = folder / "history.sqlite"
-    end_ts = time.time()
+    # The history runs a little past its writing, as the demo's live collector keeps scraping while pages
+    # open: the Fleet tests right after the fill would otherwise find every server stale (> 3 intervals, 15 s)
+    # whenever the fill and the first pages take longer than that on a loaded machine.
+    end_ts = time.time() + FRESH_FOR_S
     sim = SimSettings(scenario="demo", history_h=HOURS)
     written = app.write_sim_history(str(store_path), sim, end_ts, gpu_hour_usd=PRICE)
     assert written == 11 * HOURS * 720  # eleven servers, one sample every 5 s
