@@ -10,6 +10,7 @@ sentences the page shows are checked against numbers computed here from the stor
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -220,6 +221,7 @@ def _percent(change: float) -> str:
 
 def test_offline_runs_beside_production_at_their_concurrency(case: Case, recipes_page: AppTest) -> None:
     text = _markdown(recipes_page)
+    assert [s for s in recipes_page.subheader if s.value == "Offline runs beside production"]
     tuned, default = fx.TUNED.recipe_id, fx.DEFAULT.recipe_id
     per_request, accept, step_s = _stored_means(case.store_path, _server(tuned, 32))
     offline = 1000 / 20.0
@@ -247,3 +249,20 @@ def test_offline_runs_beside_production_at_their_concurrency(case: Case, recipes
     unknown = _table(recipes_page, "offline_per_request", "live_per_request").set_index("concurrency")
     assert pd.isna(unknown.loc[48, "live_per_request"])
     assert unknown.loc[48, "samples"] == 0
+
+
+def test_an_unreadable_offline_table_costs_only_the_offline_runs(case: Case, tmp_path: Path) -> None:
+    broken = tmp_path / "history.sqlite"
+    shutil.copyfile(case.store_path, broken)
+    connection = sqlite3.connect(broken)
+    connection.executescript("DROP TABLE offline_runs; CREATE TABLE offline_runs (junk TEXT);")
+    connection.close()
+    at = page_test(write_config(tmp_path / "specwatch.yaml", broken), "recipes").run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [str(e.value) for e in at.error]
+    assert len(errors) == 1
+    assert "offline-run store" in errors[0]
+    assert "read failed" in errors[0]
+    assert "dominates" in _markdown(at)  # the Pareto and the comparison still draw
+    assert at.metric  # the two-recipe comparison's tiles
+    assert not [s for s in at.subheader if s.value == "Offline runs beside production"]

@@ -22,6 +22,7 @@ from analysis.fraction import (
 )
 from analysis.words import times
 from collectors.model import RECIPE_FLAGS, FlagValue
+from collectors.store.offline_runs import OfflineRun
 from views import analysis_charts, blocks, data, energy, formatting, recipe_pareto
 from views import probes as probe_views
 from views.page_context import PageContext
@@ -53,9 +54,10 @@ def render(ctx: PageContext) -> None:
                 "context (median)": st.column_config.NumberColumn(format="compact"),
             },
         )
-        runs = data.offline_runs(ctx.reads)
-        recipe_pareto.pareto_block(usable, runs)
-        recipe_pareto.offline_block(usable, runs)
+        runs = _offline_runs(ctx)
+        recipe_pareto.pareto_block(usable, runs or ())
+        if runs is not None:
+            recipe_pareto.offline_block(usable, runs)
         energy.recipes_block(usable)
         ranked = list(usable.groupby("recipe").size().sort_values(ascending=False).index)
         if len(ranked) < 2:
@@ -65,6 +67,14 @@ def render(ctx: PageContext) -> None:
             )
             return
         _compare(usable, flags, ranked)
+
+
+def _offline_runs(ctx: PageContext) -> tuple[OfflineRun, ...] | None:
+    """The imported offline runs; None (after one sentence) when their table cannot be read: the live
+    figures do not depend on them."""
+    with blocks.store_errors():
+        return data.offline_runs(ctx.reads)
+    return None
 
 
 def recipe_overview(usable: pd.DataFrame, flags: Mapping[str, Mapping[str, FlagValue]]) -> pd.DataFrame:
