@@ -165,6 +165,9 @@ class DirectSource:
             return self._down(state, started, str(exc))
         state.timed_out = False
         ts = self._clock()
+        # The counters' time is when they arrived, not after the /server_info read below (taken after it, the
+        # first window after a recipe read was short by that read, and its rates high: 5 % on a busy box).
+        rate_ts = self._rate_clock()
 
         reset = detect_reset(exposition.values, state.counters)
         counter_note: str | None = None
@@ -186,7 +189,7 @@ class DirectSource:
 
         # Rates divide by monotonic time: a wall-clock step (NTP) must not become a spike or a negative
         # window.
-        derivation = derive_signals(exposition.values, self._rate_clock(), state.counters, state.recipe)
+        derivation = derive_signals(exposition.values, rate_ts, state.counters, state.recipe)
         state.counters = derivation.state
         slo_events, slo_problems = self._count_slis(state, exposition.values)
         problems = list(exposition.notes[:_MAX_NOTES]) + slo_problems
