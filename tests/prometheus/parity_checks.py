@@ -1,0 +1,73 @@
+"""The checks a row of the parity table carries (``parity_table``): what test_parity.py compares, and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collectors.signals import SIGNALS
+
+# The signal fields by how they compare: plain counter rates move with the windows' edges (one scrape interval
+# in the direct source), the others do not (gauges, ratios of rates over the same scrapes).
+SIGNAL_GROUPS: dict[str, tuple[str, ...]] = {
+    "rates": tuple(s.name for s in SIGNALS if s.windowing == "counter rate"),
+    "signals": tuple(s.name for s in SIGNALS if s.windowing != "counter rate"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """A page's headline tile (``st.metric``) by its label: the same text, or every number in it within
+    ``rel`` (relative) and the rest of the text the same."""
+
+    page: str
+    label: str
+    rel: float = 0.0
+    mask: str = ""  # a regex of what is not compared (the window a tie of burn rates names)
+    compared: bool = True  # False: shown by both, its value not claimed the same (the row says why)
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """Every sentence a page says (markdown, info, warning, error), numbers within ``rel``; sentences about
+    the targets in ``besides`` are compared by their own row."""
+
+    page: str
+    rel: float = 0.0
+    besides: tuple[str, ...] = ()
+    mask: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table on a page, by the columns it has: the same rows (in any order), numbers within ``rel``."""
+
+    page: str
+    columns: tuple[str, ...]
+    rel: float = 0.0
+    mask: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A field of a command's JSON lines (``collect``, ``slo`` or ``probe``), matched per line: the same
+    value, numbers within ``rel``; ``known`` compares only whether it is known (null or not)."""
+
+    command: str
+    name: str
+    rel: float = 0.0
+    known: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """The alert engine's firing instances of ``rule`` (target or scope, severity) after the same cycles."""
+
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """Every catalogue signal of every server, from both sources at one moment (``SIGNAL_GROUPS``)."""
+
+
+Check = Signals | Tile | Words | Table | Field | Firing
