@@ -211,6 +211,9 @@ class PrometheusHistory:
             name = names(series)
             known = ~np.isnan(series.values)
             times, values = series.timestamps[known].tolist(), series.values[known].tolist()
+            if times and values[0] == 0 and times[0] > start_ts + step_s:
+                # First seen within the range, and down: the collector's first sight of it is a down event.
+                events.append(Event(times[0], name, "down", _DOWN_ERROR))
             for previous, ts, value in zip(values, times[1:], values[1:], strict=False):
                 if value != previous:
                     if value == 1:

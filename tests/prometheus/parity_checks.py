@@ -70,4 +70,11 @@ class Signals:
     """Every catalogue signal of every server, from both sources at one moment (``SIGNAL_GROUPS``)."""
 
 
-Check = Signals | Tile | Words | Table | Field | Firing
+@dataclass(frozen=True, slots=True)
+class Events:
+    """The history's events of ``kinds`` over the range (the Server page's markers): same (target, kind)."""
+
+    kinds: tuple[str, ...]
+
+
+Check = Signals | Tile | Words | Table | Field | Firing | Events

@@ -18,6 +18,7 @@ from pathlib import Path
 from tests.prometheus.parity_checks import (
     SIGNAL_GROUPS,
     Check,
+    Events,
     Field,
     Firing,
     Signals,
@@ -334,10 +335,11 @@ ROWS: tuple[Row, ...] = (
         "/server_info is read by specwatch when reachable, in both modes",
     ),
     Row(
-        "Restart, up and down events",
+        "Restart, up and down events (the Server page's markers)",
         "the collector's own transitions",
-        "`resets()` and `up` at the read's step",
-        "two restarts within one step are one event",
+        "same, from `resets()` and `up` at the read's step",
+        "a target first seen down is a down event in both; two restarts within one step are one event there",
+        (Events(("restart", "up", "down")),),
     ),
 )
 

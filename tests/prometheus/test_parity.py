@@ -37,11 +37,12 @@ from collectors.__main__ import main as collectors_main
 from collectors.direct.direct_source import DirectSource
 from collectors.model import SIGNAL_NAMES, TargetSnapshot
 from collectors.prometheus.promql_source import PrometheusSource
+from collectors.source import open_history
 from config import Config, parse_config
 from tests.loopback import reaped, start_module
 from tests.prometheus.conftest import skip_without
 from tests.prometheus.engines import PROMETHEUS, VICTORIA, Engine
-from tests.prometheus.parity_checks import SIGNAL_GROUPS, Field, Firing, Table, Tile, Words
+from tests.prometheus.parity_checks import SIGNAL_GROUPS, Events, Field, Firing, Table, Tile, Words
 from tests.prometheus.parity_fleet import (
     RATES,
     SERVERS,
@@ -370,6 +371,21 @@ def test_probe_json_agrees(world: World, engine: str) -> None:
     _compare_lines("probe", want, have, lambda line: (line["target"], line["context_tokens"]))
     skipped = {line["target"] for line in have if (line["error"] or "").startswith("skipped")}
     assert skipped == {"saturated", "steady"}  # both queue (probes.max_queued = 0); idle is probed
+
+
+# -- events --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_histories_hold_the_same_events(world: World, engine: str) -> None:
+    world.engine(engine)
+    [check] = checks_of(Events)
+    now = time.time()
+    found = {}
+    for source in (DIRECT, engine):
+        with closing(open_history(_load(world.configs[source]))) as history:
+            events = history.store.read_events(now - 900.0, now)
+        found[source] = {(e.target, e.kind) for e in events if e.kind in check.kinds}
+    assert found[engine] == found[DIRECT]
+    assert ("broken", "down") in found[engine]  # first seen down, by either scraper
 
 
 # -- alerts --------------------------------------------------------------------------------------------------
