@@ -70,6 +70,31 @@ RATE = (
     "busy machine"
 )
 COUNTS = "Prometheus's counts: `increase()` per target, scoped by the config's labels"
+FLEET_COLUMNS = (
+    "server",
+    "status",
+    "deployment",
+    "firing_alerts",
+    "running_cap",
+    "queued",
+    "accept_length",
+    "avg_context_tokens",
+    "state_pool_usage",
+    "kv_usage",
+    "recipe",
+    "alerts",
+)
+CAPACITY_COLUMNS = (
+    "server",
+    "binding",
+    "state_pool_usage",
+    "kv_usage",
+    "running_cap",
+    "queued",
+    "ttft_s",
+    "cache_hit_rate",
+    "headline",
+)
 RULES = (
     "TargetDown",
     "StatePoolSaturation",
@@ -110,6 +135,18 @@ ROWS: tuple[Row, ...] = (
         "same within 10 %, 2 %",
         RATE,
         (Tile("fleet", "Output", 0.1), Tile("fleet", "Step latency (median)", 0.02)),
+    ),
+    Row(
+        "Fleet · the server table: status, deployment, firing, running / cap, queued, accept length, pools, "
+        "context, recipe, alerts; step (ms), output tok/s",
+        "the store's newest snapshots",
+        "same; within 2 %, 10 %",
+        RATE,
+        (
+            Table("fleet", FLEET_COLUMNS, 1e-6),
+            Table("fleet", ("server", "step_latency_ms"), 0.02),
+            Table("fleet", ("server", "output_tok_s"), 0.1),
+        ),
     ),
     Row(
         "Fleet · SLO status (budget left, fastest burn, burning, firing per SLO and scope), banners",
@@ -157,7 +194,8 @@ ROWS: tuple[Row, ...] = (
         ),
     ),
     Row(
-        "Capacity · State pool binds, KV binds, State pool (median), KV (median), TTFT (median); the verdict",
+        "Capacity · State pool binds, KV binds, State pool (median), KV (median), TTFT (median); the verdict "
+        "and the per-server table (binds, pools, running / cap, queued, TTFT, prefix hit, verdict)",
         "",
         "same (TTFT within 2 %)",
         "the alert rules' levels on the same snapshots",
@@ -165,6 +203,7 @@ ROWS: tuple[Row, ...] = (
             *_tiles("capacity", "State pool binds, KV binds, State pool (median), KV (median)"),
             Tile("capacity", "TTFT (median)", 0.02),
             Words("capacity", 0.05),
+            Table("capacity", CAPACITY_COLUMNS, 0.02),
         ),
     ),
     Row(
