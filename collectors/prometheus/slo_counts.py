@@ -10,7 +10,7 @@ deployment or a ``match`` label given only in specwatch's config scopes the same
 Where this cannot say what the direct source's ledger says: ``increase()`` extrapolates to the window's edges
 (the catalogue's ``PROMQL_APPROXIMATION``), so counts are not whole numbers and a window within a scrape of a
 restart can be a request or two off; how much of the period Prometheus holds is asked of it (the oldest sample
-of the SLI's series within the period: to the hour, to the minute within the last two hours); and a window of
+of the SLI's series within the period: to the hour, to the scrape within the last two hours); and a window of
 an hour or more is re-read at most once a minute (``LONG_WINDOW_REUSE_S``).
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from collectors.prometheus.naming import TargetKey, by_instance, instances_matcher
 from collectors.prometheus.queries import SignalQueries, signal_queries
-from collectors.prometheus.slo_rules import ScopeShape, SloQueries
+from collectors.prometheus.slo_rules import ScopeShape, SloQueries, window_name
 from collectors.slo import EventCounts, Scope, Slo, build_slos
 from config import Config
 
@@ -62,6 +62,7 @@ class PrometheusSloCounts:
         *,
         names: Callable[[TargetKey], str] | None = None,
         labels: Callable[[TargetKey], Mapping[str, str]] = _no_labels,
+        scrape_interval_s: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._slos = {slo.name: slo for slo in slos}
@@ -69,6 +70,7 @@ class PrometheusSloCounts:
         self._queries = queries
         self._names = names
         self._labels = labels
+        self._young_every = window_name(max(round(scrape_interval_s), 1))
         self._clock = clock
         self._cache: dict[tuple[str, int], tuple[float, _Targets]] = {}
 
@@ -151,8 +153,8 @@ class PrometheusSloCounts:
         return sorted(self._per_scope(found, max(now - since_ts, MINUTE_S), now))
 
     def first_minute(self, slo: str, scope: str) -> int | None:
-        """The oldest minute of the period in which Prometheus holds the scope's SLI series (to the hour
-        beyond the last two hours)."""
+        """The oldest minute of the period in which Prometheus holds the scope's SLI series (asked to the
+        hour, and to the scrape interval within the last two hours)."""
         found = self._slos.get(slo)
         if found is None:
             return None
@@ -170,8 +172,10 @@ class PrometheusSloCounts:
         found_ts = oldest(queries.oldest_request(found, {}))
         if found_ts is None or found_ts > now - _YOUNG_S:
             # Hours are a period's resolution, not a young store's: one that began after the last whole hour
-            # has no sample at any hour and would read as empty (goodput then divided by five minutes).
-            found_ts = oldest(queries.oldest_request(found, {}, within_s=_YOUNG_S, every="1m")) or found_ts
+            # has no sample at any hour and would read as empty (goodput then divided by five minutes). So
+            # the last two hours are asked again at the scrape interval.
+            young = queries.oldest_request(found, {}, within_s=_YOUNG_S, every=self._young_every)
+            found_ts = oldest(young) or found_ts
         return int(found_ts // MINUTE_S * MINUTE_S) if found_ts is not None else None
 
     def by_target(self, slo: str, start_ts: float, end_ts: float) -> dict[str, EventCounts]:
@@ -243,4 +247,5 @@ def prometheus_slo_counts(
         signal_queries(config, source=source),
         names=name_of,
         labels=labels_of,
+        scrape_interval_s=config.scrape.interval_s,
     )

@@ -326,7 +326,7 @@ ROWS: tuple[Row, ...] = (
         "`slo --json` · good, total, covered_s",
         "events the collector counted since it started; from the oldest stored minute",
         "events Prometheus holds over the period (not whole numbers); from the oldest sample of the SLI's "
-        "series, to the hour (to the minute within two hours)",
+        "series, to the hour (to the scrape within two hours)",
         "each counts what it saw: their ratio is the same",
         _fields("slo", "good, total, covered_s", known=True),
     ),
@@ -377,7 +377,8 @@ ROWS: tuple[Row, ...] = (
         "Restart, up and down events (the Server page's markers)",
         "the collector's own transitions",
         "same, from `resets()` and `up` at the read's step",
-        "a target first seen down is a down event in both; two restarts within one step are one event there",
+        "a target first seen down is a down event in both; a scrape that fails on one scraper only is a down "
+        "and an up there; two restarts within one step are one event",
         (Events(("restart", "up", "down")),),
     ),
 )
