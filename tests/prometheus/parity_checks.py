@@ -77,4 +77,56 @@ class Events:
     kinds: tuple[str, ...]
 
 
+# What the rows name: fields, columns, rules, and what a comparison masks (regexes).
+PROBE_MEASUREMENTS = (
+    "prompt_tokens, completion_tokens, verify_ct, accept_length, step_latency_s, ttft_s, tpot_s, e2e_s"
+)
+SAMPLES = r"samples \(\d+ and \d+\)"  # how many samples each side has (the sources' grids differ)
+GOODPUT = r"Goodput, last [^:]+: [\d.,]+ req/s"  # the window counted, and so the rate, in a young store
+TIE = r"\(\w+\)"  # "(5m)": which window burns fastest, when several burn alike
+TIE_WORDS = "; when windows burn alike, either may be named fastest"
+GAUGE = "the same gauge, read at the last scrape"
+RATE = (
+    "the direct source's rate over one scrape interval against `rate()` over the rate window: a few % on a "
+    "busy machine"
+)
+COUNTS = "Prometheus's counts: `increase()` per target, scoped by the config's labels"
+FLEET_COLUMNS = (
+    "server",
+    "status",
+    "deployment",
+    "firing_alerts",
+    "running_cap",
+    "queued",
+    "accept_length",
+    "avg_context_tokens",
+    "state_pool_usage",
+    "kv_usage",
+    "recipe",
+    "alerts",
+)
+CAPACITY_COLUMNS = (
+    "server",
+    "binding",
+    "state_pool_usage",
+    "kv_usage",
+    "running_cap",
+    "queued",
+    "ttft_s",
+    "cache_hit_rate",
+    "headline",
+)
+RULES = (
+    "TargetDown",
+    "StatePoolSaturation",
+    "AcceptanceDecayWithContext",
+    "KVPoolSaturation",
+    "QueueBacklog",
+    "AcceptLengthRegression",
+    "RadixCacheWaste",
+    "SourceDown",
+    "ErrorBudgetBurn",
+)
+
+
 Check = Signals | Tile | Words | Table | Field | Firing | Events
