@@ -19,7 +19,7 @@ from alerts.rules.probe_evidence import attach_probe_evidence
 from alerts.state_store import AlertStateStore
 from alerts.store_recovery import StoreRecovery
 from collectors.errors import StoreError
-from collectors.history import HistoryStore
+from collectors.history import HistoryStore, StoredSloCounts
 from collectors.model import TargetSnapshot
 from collectors.probes.scheduler import ProbeScheduler, start_probes
 from collectors.runner import Collector
@@ -69,9 +69,14 @@ class Service:
         # source: prometheus keeps samples in Prometheus (no duplicate rows here); events/recipes stay local.
         # One Prometheus source per process: the history's, handed to the collector.
         history_source: Source | None = None
+        # ErrorBudgetBurn's counts: the ledger's (per-scrape SLI events); with source: prometheus, whose
+        # snapshots carry none, Prometheus's own (increase() of the SLI series, as the SLO page reads them).
+        self._source_slo_counts: StoredSloCounts | None = None
         if store is None:
             history = open_history(config)
             store, history_source = history.store, history.source
+            if history_source is not None and self.slos:
+                self._source_slo_counts = history.slo_counts(source)
         self.store: HistoryStore = store
         path = getattr(self.store, "path", None)
         store_path = path if isinstance(path, str) and path else config.store.path
@@ -100,7 +105,7 @@ class Service:
             external_url=external_url,
             delivery=settings.delivery,
             slos=self.slos,
-            slo_counts=self.slo_ledger,
+            slo_counts=self._source_slo_counts or self.slo_ledger,
             target_labels=lambda target: self.collector.target_labels(target),
         )
         self.notifier = notifier or Notifier.from_settings(
@@ -184,6 +189,8 @@ class Service:
             self._thread.join()
         self.notifier.stop(flush_timeout_s)
         self.slo_ledger.close()
+        if self._source_slo_counts is not None:
+            self._source_slo_counts.close()
         if self.slo_store is not None:
             self.slo_store.close()
         self.collector.close()

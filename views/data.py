@@ -608,14 +608,17 @@ def _capacity_advice(
     _slos: tuple[Slo, ...],
 ) -> AdviceReport:
     del key  # the arguments' identity in the cache key (they are passed unhashed)
-    now_ts = advice_now(time.time())
+    # Servers are judged up or stale at the read (the advice's windows end with its minute, ``advice_now``):
+    # judged at the minute's end, a fleet scraped seconds ago looked stale.
+    read_ts = time.time()
+    now_ts = advice_now(read_ts)
     hourly = _hourly_demand(reads, math.floor(now_ts / PROFILE_BUCKET_S) * PROFILE_BUCKET_S)
 
     def advise(history: HistoryReader, counts: SloCounts | None) -> list[DeploymentAdvice]:
         return capacity_advice(
             history,
             _thresholds,
-            now_ts,
+            read_ts,
             stale_after_s=stale_after_s,
             configured=dict(_configured),
             slo_counts=counts,

@@ -202,6 +202,9 @@ class DirectSource:
             raise
         state.timed_out = False
         ts = self._clock()
+        # The counters' time is when they arrived, not after the /server_info read below (taken after it, the
+        # first window after a recipe read was short by that read, and its rates high: 5 % on a busy box).
+        rate_ts = self._rate_clock()
 
         reset = detect_reset(exposition.values, state.counters)
         counter_note: str | None = None
@@ -235,7 +238,7 @@ class DirectSource:
             gpu_problem = answer.problem
         # Rates divide by monotonic time: a wall-clock step (NTP) must not become a spike or a negative
         # window.
-        derivation = derive_signals(values, self._rate_clock(), state.counters, state.recipe, self._params)
+        derivation = derive_signals(values, rate_ts, state.counters, state.recipe, self._params)
         state.counters = derivation.state
         slo_events, slo_problems = self._count_slis(state, exposition.values)
         problems = list(exposition.notes[:_MAX_NOTES]) + slo_problems

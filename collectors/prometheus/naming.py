@@ -6,6 +6,7 @@ itself, or ``job/instance`` when one instance serves several jobs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -70,3 +71,10 @@ def instance_of_name(name: str, targets: Iterable[Target]) -> str:
         if target.name == name:
             return instance_of_url(target.url)
     return name.split("/", 1)[1] if "/" in name else name  # "job/instance" when jobs share an instance
+
+
+def instances_matcher(instances: Iterable[str]) -> str:
+    """``instance=~"a|b"``: the matcher narrowing a query to these instances (sorted, each escaped: PromQL
+    regexes are RE2 in double-quoted strings, so regex metacharacters, then the string's quotes)."""
+    escaped = (re.escape(i).replace("\\", "\\\\").replace('"', '\\"') for i in sorted(set(instances)))
+    return f'instance=~"{"|".join(escaped)}"'

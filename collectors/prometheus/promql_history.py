@@ -9,11 +9,11 @@ What Prometheus cannot hold (alert transitions, config events, recipe flags) sta
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -22,7 +22,13 @@ import numpy.typing as npt
 from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
-from collectors.prometheus.naming import TargetKey, by_instance, instance_of_name, target_names
+from collectors.prometheus.naming import (
+    TargetKey,
+    by_instance,
+    instance_of_name,
+    instances_matcher,
+    target_names,
+)
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.recipe_labels import recipe_from_labels
 from collectors.sample_columns import (
@@ -49,15 +55,11 @@ log = logging.getLogger(__name__)
 _NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
+_MEET_EVERY_S = 60.0  # at most one source cycle a minute to meet targets a range read found first
 
 
 class PrometheusHistoryError(StoreError, QueryError):
     """History could not be read from Prometheus (a StoreError to the views, a QueryError by cause)."""
-
-
-def _regex_escape(text: str) -> str:
-    # PromQL regexes are RE2 in double-quoted strings: escape regex metacharacters, then the string quotes.
-    return re.escape(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 class PrometheusHistory:
@@ -88,6 +90,8 @@ class PrometheusHistory:
         self.interval_s = config.scrape.interval_s
         self._label_recipes: dict[str, Recipe] = {}
         self._partial: str | None = None  # the last range answer's warnings, logged once per change
+        self._met_at = float("-inf")
+        self._recipe_wait_s = max(2 * config.scrape.timeout_s, 5.0)  # /server_info reads of targets met
 
     # -- writes: samples already live in Prometheus ---------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
@@ -135,8 +139,15 @@ class PrometheusHistory:
         """Every target now, computed with instant queries (the same as one Prometheus-source cycle)."""
         now = self._clock()
         with self._lock:  # the source keeps per-target state between calls: one reader at a time
+            met = self._source.met()
             snapshots = self._source.collect(now)
             health = self._source.health()
+        if not self._source.met() <= met:
+            # New targets (a viewer's first read): their recipes, as a page shows them, and their caps.
+            self._source.settle_recipes(self._recipe_wait_s)
+            with self._lock:
+                snapshots = self._source.collect(self._clock())
+                health = self._source.health()
         if not health.answered:
             # Blind: the targets are unknown, not down; the page says why instead of drawing a dead fleet.
             raise PrometheusHistoryError(health.error or f"Prometheus at {health.url} cannot answer")
@@ -201,6 +212,9 @@ class PrometheusHistory:
             name = names(series)
             known = ~np.isnan(series.values)
             times, values = series.timestamps[known].tolist(), series.values[known].tolist()
+            if times and values[0] == 0 and times[0] > start_ts + step_s:
+                # First seen within the range, and down: the collector's first sight of it is a down event.
+                events.append(Event(times[0], name, "down", _DOWN_ERROR))
             for previous, ts, value in zip(values, times[1:], values[1:], strict=False):
                 if value != previous:
                     if value == 1:
@@ -234,8 +248,7 @@ class PrometheusHistory:
         """Matchers narrowing the fleet to the instances of ``targets`` (a Server page reads one)."""
         if targets is None:
             return ""
-        instances = sorted({self._instance_of(name) for name in targets})
-        return f'instance=~"{"|".join(_regex_escape(i) for i in instances)}"'
+        return instances_matcher(self._instance_of(name) for name in targets)
 
     def _instance_of(self, name: str) -> str:
         return instance_of_name(name, self.config.targets)
@@ -248,8 +261,9 @@ class PrometheusHistory:
         gauge_window = step_s if step_s > self.interval_s * 1.5 else None
         base = self._source.queries
         recorded = self.config.prometheus is not None and self.config.prometheus.use_recording_rules
-        return step_s, SignalQueries(
-            base.selector, base.rate_window_s, gauge_window, narrow=self._narrow(targets), recorded=recorded
+        # The source's queries (selector, rate window, the GPU join, the price) at the read's grid.
+        return step_s, replace(
+            base, gauge_window_s=gauge_window, narrow=self._narrow(targets), recorded=recorded
         )
 
     def _range_all(
@@ -289,6 +303,7 @@ class PrometheusHistory:
         all_ts = [s.timestamps for series in answers.values() for s in series]
         if not any(len(a) for a in all_ts):
             return empty_columns(values, texts)
+        self._meet({names(s) for series in answers.values() for s in series})
         grid = np.unique(np.concatenate(all_ts))
         blocks: dict[str, np.ndarray] = {}
         recipe_ids: dict[str, list[str | None]] = {}
@@ -375,6 +390,20 @@ class PrometheusHistory:
             {name: found[name] for name in values},
             {name: text_of[name] for name in texts},
         )
+
+    def _meet(self, names: set[str]) -> None:
+        """One source cycle when the answer holds targets the source never met: a viewer whose first read is
+        a range (the Context page opened first) would otherwise label every row "recipe unknown" and leave a
+        plain-decoding server's accept length unknown, where the fleet table's ``latest`` reads their
+        /server_info. At most once a minute (a target gone from discovery is never met)."""
+        now = self._clock()
+        if names <= self._source.met() or now - self._met_at < _MEET_EVERY_S:
+            return
+        self._met_at = now
+        with self._lock:
+            self._source.collect(now)
+        # Rows are labelled once, so their /server_info answers are worth the wait a cycle does not make.
+        self._source.settle_recipes(self._recipe_wait_s)
 
     def _deployment(self, name: str, label: str) -> str:
         for target in self.config.targets:

@@ -168,6 +168,15 @@ class PrometheusSource:
         """Every recipe this source has attributed to a target: recipe_id -> Recipe."""
         return self._book.seen
 
+    def met(self) -> frozenset[str]:
+        """The targets a cycle of this source has named so far (their /server_info is being read)."""
+        return frozenset(self._names.values())
+
+    def settle_recipes(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the /server_info reads in flight (a cycle awaits first reads only
+        briefly, so that a slow server does not hold up the fleet's snapshots)."""
+        self._book.settle(timeout_s)
+
     def server_info_recipe(self, target: str) -> Recipe | None:
         """The recipe read from ``target``'s /server_info, if it ever answered (else None)."""
         for key, name in list(self._names.items()):

@@ -77,6 +77,13 @@ class RecipeBook:
         if first_reads:
             wait(first_reads, timeout=self._first_wait_s)
 
+    def settle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the reads in flight (each ends within the fetcher's own timeout)."""
+        with self._lock:
+            pending = [entry.pending for entry in self._entries.values() if entry.pending is not None]
+        if pending:
+            wait(pending, timeout=timeout_s)
+
     def mark_stale(self, key: Hashable) -> None:
         """Re-read at the next refresh (after a restart, which may have changed the flags)."""
         with self._lock:

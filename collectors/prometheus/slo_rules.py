@@ -11,7 +11,8 @@ else ``inter_token_latency_seconds``), then per scope.
 Scopes: the SLO's whole fleet (its ``match`` labels) and, unless the match fixes a deployment, each
 ``deployment``. Prometheus sees a deployment only as a label on the series: set it as a target label in the
 scrape config (``static_configs: [{targets: [...], labels: {deployment: east}}]``, or a relabelling), the same
-value as the target's ``deployment`` in specwatch's config; series without one count in the whole fleet only.
+value as the target's ``deployment`` in specwatch's config; series without one count in the whole fleet only
+(in these rules: specwatch's own counts, ``slo_counts``, also read the config's labels per target).
 
 The ``le`` label: SGLang's prometheus_client writes boundaries as Go-style floats (``le="1.0"``, ``"0.04"``),
 a Go or OpenMetrics exporter may write ``le="1"``, and Prometheus 3 normalises text-format ``le`` to the float
@@ -136,17 +137,27 @@ class SloQueries:
         good = self._increase(f"{family.name}_bucket", self._matchers(slo, shape, le), window, shape.by)
         return f"clamp_min(({total}) - ({good}), 0)", f"({total}) and ({good})"
 
-    def oldest_request(self, slo: Slo, scope_labels: Mapping[str, str]) -> str:
-        """When the scope's oldest request-counter sample within the SLO's period was taken (unix s, at an
-        hour's resolution): how much of the period Prometheus holds."""
+    def oldest_request(
+        self, slo: Slo, scope_labels: Mapping[str, str], *, within_s: float | None = None, every: str = "1h"
+    ) -> str:
+        """When the scope's oldest sample of the SLI's own events (its histogram's ``_count``, or the request
+        counter) within the SLO's period (or the last ``within_s``) was taken (unix s, at the resolution
+        ``every``): how much of the period Prometheus holds."""
         matchers = ", ".join(
             [self.queries.cumulative_matchers, *(f'{k}="{v}"' for k, v in sorted(scope_labels.items()))]
         )
-        window = window_name(slo.window_s)
-        return (
-            f"min(min_over_time(timestamp(sglang:{REQUESTS.name}{{{matchers}}})[{window}:1h]) "
-            f"or min_over_time(timestamp(sglang_{REQUESTS.name}{{{matchers}}})[{window}:1h]))"
+        window = window_name(slo.window_s if within_s is None else within_s)
+        names = (
+            [REQUESTS.name]
+            if slo.sli.kind == "availability"
+            else [f"{family.name}_count" for family in slo.sli.families]
         )
+        oldest = " or ".join(
+            f"min_over_time(timestamp({prefix}{name}{{{matchers}}})[{window}:{every}])"
+            for name in names
+            for prefix in ("sglang:", "sglang_")
+        )
+        return f"min({oldest})"
 
     def error_ratio(self, slo: Slo, shape: ScopeShape, window_s: float) -> str:
         """Bad ÷ total over the window per scope; no series without events (no traffic is unknown)."""
