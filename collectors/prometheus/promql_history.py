@@ -22,9 +22,12 @@ import numpy.typing as npt
 from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
+from collectors.prometheus.matrix import RangeSeries
 from collectors.prometheus.naming import TargetKey, by_instance, instance_of_name, target_names
 from collectors.prometheus.queries import SignalQueries
+from collectors.prometheus.read_plan import Grid, aligned_grid, needs_labels, signals_to_query
 from collectors.prometheus.recipe_labels import recipe_from_labels
+from collectors.prometheus.result_cache import RANGE_RESULTS, RangeKey
 from collectors.sample_columns import (
     SAMPLE_VALUES,
     FloatArray,
@@ -40,7 +43,6 @@ from collectors.store.sqlite_store import SqliteStore
 from config.settings import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where a PrometheusHistory is built
-    from collectors.prometheus.client import RangeSeries
     from collectors.prometheus.promql_source import PrometheusSource
 
 T = TypeVar("T")
@@ -49,6 +51,9 @@ log = logging.getLogger(__name__)
 _NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
+# VictoriaMetrics answers from samples at least this old by default (-search.latencyOffset): newer instants
+# of a live read may still change.
+_LATENCY_OFFSET_S = 30.0
 
 
 class PrometheusHistoryError(StoreError, QueryError):
@@ -168,33 +173,54 @@ class PrometheusHistory:
         """Samples in [start_ts, end_ts] on a regular grid of at most ``max_points`` per target, with the
         ``values`` and ``texts`` asked for (as ``SqliteStore.read_columns``). When the grid is coarser than
         the scrape interval each point is the step's average (``avg_over_time``, rates over the step), like
-        the SQLite store's bucket means. ``live`` changes nothing yet: every read is its own range queries.
-        """
+        the SQLite store's bucket means.
+
+        Only what the columns need is queried (``read_plan``): the signals asked for and those their
+        plain-decoding rules recompute them from, ``up``, the scrape duration when asked, and the recipe
+        labels when a text or a plain-decoding rule needs them. Answers are shared between readers for about
+        a scrape interval (``result_cache``); a ``live`` read queries only the instants newer than its last
+        answer's final ones."""
         check_columns(values, texts)
-        del live
         if targets is not None and not targets:
             return empty_columns(values, texts)
-        step_s, queries = self._grid(start_ts, end_ts, max_points, targets)
-        exprs = dict(queries.signals())
-        exprs.update(up=queries.up(), scrape_duration_s=queries.scrape_duration_s())
-        exprs["__labels"] = queries.labelled()
-        answers = self._range_all(exprs, start_ts, end_ts, step_s)
+        grid, queries = self._grid(start_ts, end_ts, max_points, targets)
+        every = queries.signals()
+        exprs = {name: every[name] for name in signals_to_query(values) if name in every}
+        exprs["up"] = queries.up()
+        if "scrape_duration_s" in values:
+            exprs["scrape_duration_s"] = queries.scrape_duration_s()
+        said: list[str] = []  # the engine's warnings about this read (a partial answer), said once per change
+        answers = self._range_all(exprs, grid, said, live=live)
+        if needs_labels(values, texts):
+            answers["__labels"] = self._label_series(queries, grid, said, live=live)
+        self._note_partial(said)
         return self._columns(answers, targets, values, texts)
 
     def drop_caches(self) -> None:
-        """Nothing is kept between reads (each is its own range queries)."""
+        """Forget the answers kept for this engine (``result_cache``), as a restarted process would."""
+        RANGE_RESULTS.drop(self._source.client.identity)
 
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
     ) -> list[Event]:
-        """up/down transitions and restarts from Prometheus; alert/config/recipe events from SQLite."""
+        """up/down transitions and restarts from Prometheus; alert/config/recipe events from SQLite.
+
+        Two sparse queries first (the steps where a target was down, the steps with a counter reset): most of
+        a fleet has neither, so only the targets that were ever down have their ``up`` read step by step."""
         if targets is not None and not targets:
             return []
-        step_s, _ = self._grid(start_ts, end_ts, 2000, targets)
-        queries = SignalQueries(self._source.queries.selector, step_s, step_s, narrow=self._narrow(targets))
+        grid, queries = self._grid(start_ts, end_ts, 2000, targets)
+        said: list[str] = []
         answers = self._range_all(
-            {"up": queries.up(), "resets": queries.restarts()}, start_ts, end_ts, step_s
+            {"down": f"({queries.up()}) == 0", "resets": f"({queries.restarts()}) > 0"}, grid, said
         )
+        down = sorted({TargetKey.of(s.labels).instance for s in answers["down"]})
+        if down:
+            narrowed = self._queries(grid.step_s, down, instances=True)
+            answers["up"] = self._range_all({"up": narrowed.up()}, grid, said)["up"]
+        else:
+            answers["up"] = []
+        self._note_partial(said)
         names = self._names_of(answers)
         events: list[Event] = []
         for series in answers["up"]:
@@ -230,47 +256,103 @@ class PrometheusHistory:
     def _check_reachable(self) -> None:
         self._guard(lambda: self._source.client.query("vector(1)", at=self._clock()))
 
-    def _narrow(self, targets: Sequence[str] | None) -> str:
-        """Matchers narrowing the fleet to the instances of ``targets`` (a Server page reads one)."""
-        if targets is None:
+    def _narrow(self, names: Sequence[str] | None, *, instances: bool = False) -> str:
+        """Matchers narrowing the fleet to the instances of ``names`` (target names, or instances)."""
+        if names is None:
             return ""
-        instances = sorted({self._instance_of(name) for name in targets})
-        return f'instance=~"{"|".join(_regex_escape(i) for i in instances)}"'
+        found = sorted(set(names) if instances else {self._instance_of(name) for name in names})
+        return f'instance=~"{"|".join(_regex_escape(i) for i in found)}"'
 
     def _instance_of(self, name: str) -> str:
         return instance_of_name(name, self.config.targets)
 
-    def _grid(
-        self, start_ts: float, end_ts: float, max_points: int, targets: Sequence[str] | None
-    ) -> tuple[float, SignalQueries]:
-        step_s = max((end_ts - start_ts) / max(max_points - 1, 1), self.interval_s)
+    def _queries(
+        self, step_s: float, names: Sequence[str] | None, *, instances: bool = False
+    ) -> SignalQueries:
         # Finer than the scrape interval there is nothing to average: plain gauges, the source's rate window.
         gauge_window = step_s if step_s > self.interval_s * 1.5 else None
         base = self._source.queries
         recorded = self.config.prometheus is not None and self.config.prometheus.use_recording_rules
-        return step_s, SignalQueries(
-            base.selector, base.rate_window_s, gauge_window, narrow=self._narrow(targets), recorded=recorded
+        narrow = self._narrow(names, instances=instances)
+        return SignalQueries(
+            base.selector, base.rate_window_s, gauge_window, narrow=narrow, recorded=recorded
         )
 
+    def _grid(
+        self, start_ts: float, end_ts: float, max_points: int, targets: Sequence[str] | None
+    ) -> tuple[Grid, SignalQueries]:
+        grid = aligned_grid(start_ts, end_ts, max_points, self.interval_s)
+        return grid, self._queries(grid.step_s, targets)
+
+    def _label_series(
+        self, queries: SignalQueries, grid: Grid, said: list[str], *, live: bool
+    ) -> list[RangeSeries]:
+        """The recipe labels over the grid, as series of the running gauge: its label sets from the index
+        (``/api/v1/series``, no samples read), each spread over the grid; only targets with more than one
+        label set in the range (a restart onto another recipe) have the gauge read step by step, to know
+        which set held when."""
+        try:
+            sets = self._source.client.series(
+                queries.labelled(), grid.first_ts - self.interval_s, grid.last_ts, warnings=said
+            )
+        except QueryError:  # no series API here (a proxy in front of the query API): read the gauge itself
+            return self._range_all({"labels": queries.labelled()}, grid, said, live=live)["labels"]
+        by_key: dict[TargetKey, list[dict[str, str]]] = {}
+        for labels in sets:
+            found = by_key.setdefault(TargetKey.of(labels), [])
+            if labels not in found:
+                found.append(labels)
+        instants = np.arange(grid.points, dtype=np.float64) * grid.step_s + grid.first_ts
+        out = [
+            RangeSeries(found[0], instants, np.ones(len(instants)))
+            for found in by_key.values()
+            if len(found) == 1
+        ]
+        changed = sorted(key.instance for key, found in by_key.items() if len(found) > 1)
+        if changed:
+            narrowed = self._queries(grid.step_s, changed, instances=True)
+            out += self._range_all({"labels": narrowed.labelled()}, grid, said, live=live)["labels"]
+        return out
+
     def _range_all(
-        self, exprs: dict[str, str], start_ts: float, end_ts: float, step_s: float
+        self, exprs: dict[str, str], grid: Grid, said: list[str], *, live: bool = False
     ) -> dict[str, list[RangeSeries]]:
-        """Every range query of a read, sent concurrently: the one way history reads reach Prometheus (the
-        place for aligned steps and results shared between reads)."""
+        """Every range query of a read, sent concurrently (at most the pool's threads at once) through the
+        process's shared answers (``result_cache``): the one way history reads reach Prometheus. Warnings of
+        partial answers go to ``said`` (list.append is atomic: the pool's threads share it)."""
         client = self._source.client
-        said: list[str] = []  # list.append is atomic: the pool's threads share it
-        futures = {
-            name: self._pool.submit(client.query_range, expr, start_ts, end_ts, step_s, warnings=said)
-            for name, expr in exprs.items()
-        }
-        answers = {name: self._guard(future.result) for name, future in futures.items()}
+        ttl_s = max(self.interval_s, 1.0)
+        # A live read's instants older than this are final: scraped, recorded, past VictoriaMetrics' offset.
+        final_before = self._clock() - max(3 * self.interval_s, 60.0) - _LATENCY_OFFSET_S if live else None
+
+        def read(expr: str) -> list[RangeSeries]:
+            key = RangeKey(client.identity, expr, grid.step_s)
+
+            def fetch(first_ts: float, last_ts: float, warnings: list[str]) -> list[RangeSeries]:
+                return client.query_range(expr, first_ts, last_ts, grid.step_s, warnings=warnings)
+
+            return RANGE_RESULTS.read(
+                key,
+                grid.first_ts,
+                grid.last_ts,
+                fetch,
+                ttl_s=ttl_s,
+                final_before=final_before,
+                warnings=said,
+            )
+
+        futures = {name: self._pool.submit(read, expr) for name, expr in exprs.items()}
+        return {name: self._guard(future.result) for name, future in futures.items()}
+
+    def _note_partial(self, said: list[str]) -> None:
         # A partial range answer still draws (its gaps are NaN: unknown, never 0); say so once per change.
         partial = "; ".join(dict.fromkeys(said)) or None
         if partial != self._partial:
             self._partial = partial
             if partial is not None:
-                log.warning("history from Prometheus at %s is partial: %s", client.safe_url, partial)
-        return answers
+                log.warning(
+                    "history from Prometheus at %s is partial: %s", self._source.client.safe_url, partial
+                )
 
     def _names_of(self, answers: dict[str, list[RangeSeries]]) -> Callable[[RangeSeries], str]:
         """Target name of a series: as the Prometheus source names it (configured name, else instance)."""
@@ -314,6 +396,7 @@ class PrometheusHistory:
                     block = blocks[name] = np.full((len(grid), len(_NUMERIC)), np.nan)
                 block[index, _NUMERIC.index(column)] = series.values
         wanted = set(targets) if targets is not None else None
+        from_info_of = self._source.server_info_recipes()
         target: list[str] = []
         stamps: list[FloatArray] = []
         rows: list[np.ndarray] = []
@@ -330,7 +413,7 @@ class PrometheusHistory:
             rows.append(block[has_data])
             # /server_info's recipe (as the source prefers it) when it was read; else the labels' per row,
             # which follow recipe changes over time.
-            from_info = self._source.server_info_recipe(name)
+            from_info = from_info_of.get(name)
             if from_info is not None:
                 recipe_of += [from_info.recipe_id] * count
                 spec_known[from_info.recipe_id] = True
