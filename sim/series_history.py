@@ -22,7 +22,6 @@ import numpy.typing as npt
 
 from collectors.model import Recipe
 from collectors.signals import all_families
-from collectors.slo import LATENCY_FAMILIES, format_le
 from sim.families import FAMILY_BY_NAME, HistogramValue
 from sim.sampler import _failure, sim_server
 from sim.scenario import expand_servers, load_scenario
@@ -33,6 +32,11 @@ from sim.values import ABORTED_SHARE, STREAMS, _by_stream, _histograms_by_stream
 FloatArray = npt.NDArray[np.float64]
 # Families read besides the catalogue's: the restart counter and the availability SLI's abort counter.
 _EXTRA_FAMILIES = ("num_requests", "num_aborted_requests")
+# The latency SLIs' families (collectors.slo.LATENCY_FAMILIES; the first one a server exposes counts).
+_SLI_FAMILIES = {
+    "ttft": ("time_to_first_token_seconds",),
+    "tpot": ("request_time_per_output_token_seconds", "inter_token_latency_seconds"),
+}
 
 
 def recipe_labels(recipe: Recipe) -> dict[str, str]:
@@ -45,14 +49,14 @@ def read_families(slo_buckets: Mapping[str, Sequence[float]] | None = None) -> d
     """Family name (no prefix, no ``_total``) → the histogram bucket bounds kept (empty: none, or not a
     histogram). ``slo_buckets``: latency SLI kind → thresholds (default: the default config's SLOs)."""
     names = {f.name.removesuffix("_total") for f in all_families()} | set(_EXTRA_FAMILIES)
-    names |= {f.name for kind in ("ttft", "tpot") for f in LATENCY_FAMILIES[kind]}
+    names |= {name for families in _SLI_FAMILIES.values() for name in families}
     kept: dict[str, tuple[float, ...]] = {name: () for name in sorted(names) if name in FAMILY_BY_NAME}
     wanted = {"ttft": (4.0,), "tpot": (0.04,)} if slo_buckets is None else slo_buckets
     for kind, thresholds in wanted.items():
-        for family in LATENCY_FAMILIES.get(kind, ()):
-            if family.name in kept:
-                bounds = FAMILY_BY_NAME[family.name].buckets
-                kept[family.name] += tuple(le for le in thresholds if le in bounds)
+        for family in _SLI_FAMILIES.get(kind, ()):
+            if family in kept:
+                bounds = FAMILY_BY_NAME[family].buckets
+                kept[family] += tuple(le for le in thresholds if le in bounds)
     return kept
 
 
@@ -109,7 +113,7 @@ class SeriesNamer:
         if spec.kind == "histogram":
             found = [f"sglang_{name}_sum{{{text}}}", f"sglang_{name}_count{{{text}}}"]
             for le in self.families[name]:
-                bucket = f'le="{format_le(le)}"'
+                bucket = f'le="{le:g}"'  # "4", "0.04": as the exposition reader keys them
                 found.append(
                     f"sglang_{name}_bucket{{{text},{bucket}}}"
                     if text
