@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,10 +68,25 @@ def _binary(name: str) -> str:
     return found
 
 
+class _PortTaken(RuntimeError):
+    """Another process bound the free port first (the box is shared): start again on another."""
+
+
+def _started(start: Callable[[int], Engine], tries: int = 5) -> Engine:
+    for _ in range(tries - 1):
+        try:
+            return start(free_port())
+        except _PortTaken:
+            continue
+    return start(free_port())
+
+
 def _wait_ready(engine: Engine, path: str, timeout_s: float = 600.0) -> Engine:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if engine.process.poll() is not None:
+            if "address already in use" in engine.log():
+                raise _PortTaken(engine.log())
             raise RuntimeError(f"{engine.name} exited at start: {engine.log()}")
         try:
             if requests.get(engine.url + path, timeout=2).status_code == 200:
@@ -117,44 +132,57 @@ def start_prometheus(
         config["rule_files"] = [str(p) for p in rule_files]
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
     log_path = workdir / "prometheus.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [_binary("prometheus"), f"--config.file={config_path}", f"--storage.tsdb.path={tsdb}",
-             f"--web.listen-address=127.0.0.1:{port}", f"--storage.tsdb.retention.time={retention}"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    return _wait_ready(Engine("prometheus", f"http://127.0.0.1:{port}", process, log_path), "/-/ready")
+
+    def start(port: int) -> Engine:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [_binary("prometheus"), f"--config.file={config_path}", f"--storage.tsdb.path={tsdb}",
+                 f"--web.listen-address=127.0.0.1:{port}", f"--storage.tsdb.retention.time={retention}"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return _wait_ready(Engine("prometheus", f"http://127.0.0.1:{port}", process, log_path), "/-/ready")
+
+    return _started(start)
 
 
 def start_victoria(data_dir: Path, log_path: Path, *, scrape: dict[str, Any] | None = None) -> Engine:
     """VictoriaMetrics 1.79 single-node on ``data_dir`` (scraping as ``scrape`` says, if given)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    args = [_binary("victoria-metrics"), f"-storageDataPath={data_dir}", f"-httpListenAddr=127.0.0.1:{port}",
-            "-retentionPeriod=1y", "-loggerLevel=ERROR"]  # fmt: skip
+    config_args: list[str] = []
     if scrape is not None:
         config_path = log_path.with_suffix(".scrape.yml")
         config_path.write_text(yaml.safe_dump(scrape))
-        args.append(f"-promscrape.config={config_path}")
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    return _wait_ready(Engine("victoria-metrics", f"http://127.0.0.1:{port}", process, log_path), "/health")
+        config_args.append(f"-promscrape.config={config_path}")
+
+    def start(port: int) -> Engine:
+        args = [_binary("victoria-metrics"), f"-storageDataPath={data_dir}",
+                f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=1y", "-loggerLevel=ERROR",
+                *config_args]  # fmt: skip
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        return _wait_ready(
+            Engine("victoria-metrics", f"http://127.0.0.1:{port}", process, log_path), "/health"
+        )
+
+    return _started(start)
 
 
 def start_vmalert(workdir: Path, victoria: Engine, rule_files: Sequence[Path], interval_s: float) -> Engine:
     """vmalert evaluating ``rule_files`` on VictoriaMetrics and writing the recorded series back to it."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     log_path = workdir / "vmalert.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [_binary("vmalert"), f"-datasource.url={victoria.url}", f"-remoteWrite.url={victoria.url}",
-             *(f"-rule={p}" for p in rule_files), f"-evaluationInterval={int(interval_s)}s",
-             f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=ERROR"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    return _wait_ready(Engine("vmalert", f"http://127.0.0.1:{port}", process, log_path), "/health")
+
+    def start(port: int) -> Engine:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [_binary("vmalert"), f"-datasource.url={victoria.url}", f"-remoteWrite.url={victoria.url}",
+                 *(f"-rule={p}" for p in rule_files), f"-evaluationInterval={int(interval_s)}s",
+                 f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=ERROR"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return _wait_ready(Engine("vmalert", f"http://127.0.0.1:{port}", process, log_path), "/health")
+
+    return _started(start)

@@ -93,6 +93,9 @@ class PrometheusHistory:
         self.interval_s = config.scrape.interval_s
         self._label_recipes: dict[str, Recipe] = {}
         self._partial: str | None = None  # the last range answer's warnings, logged once per change
+        self._droppers: list[Callable[[], None]] = []
+        # The newest snapshots and when they were read (monotonic): every page of an interval shares them.
+        self._latest: tuple[float, list[TargetSnapshot]] | None = None
 
     # -- writes: samples already live in Prometheus ---------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
@@ -137,16 +140,22 @@ class PrometheusHistory:
         return found
 
     def latest(self, since_ts: float | None = None) -> list[TargetSnapshot]:
-        """Every target now, computed with instant queries (the same as one Prometheus-source cycle)."""
-        now = self._clock()
+        """Every target now, computed with instant queries (the same as one Prometheus-source cycle); read
+        at most once per scrape interval (the Fleet table, its background look-back and every other page
+        of the interval share one cycle's snapshots)."""
         with self._lock:  # the source keeps per-target state between calls: one reader at a time
-            snapshots = self._source.collect(now)
+            kept = self._latest
+            if kept is not None and time.monotonic() - kept[0] < self.interval_s:
+                return [s for s in kept[1] if since_ts is None or s.ts >= since_ts]
+            snapshots = self._source.collect(self._clock())
             health = self._source.health()
         if not health.answered:
             # Blind: the targets are unknown, not down; the page says why instead of drawing a dead fleet.
             raise PrometheusHistoryError(health.error or f"Prometheus at {health.url} cannot answer")
         if not snapshots:
             self._check_reachable()
+        with self._lock:
+            self._latest = (time.monotonic(), snapshots)
         return [s for s in snapshots if since_ts is None or s.ts >= since_ts]
 
     def latest_columns(self, since_ts: float | None = None) -> SampleColumns:
@@ -197,8 +206,19 @@ class PrometheusHistory:
         return self._columns(answers, targets, values, texts)
 
     def drop_caches(self) -> None:
-        """Forget the answers kept for this engine (``result_cache``), as a restarted process would."""
+        """Forget the answers kept for this engine (``result_cache``) and what else read through it kept
+        (``forget_with``), as a restarted process would."""
         RANGE_RESULTS.drop(self._source.client.identity)
+        with self._lock:
+            self._latest = None
+            droppers = list(self._droppers)
+        for drop in droppers:
+            drop()
+
+    def forget_with(self, drop: Callable[[], None]) -> None:
+        """Call ``drop`` too when this history's caches are dropped (the SLO counts read beside it)."""
+        with self._lock:
+            self._droppers.append(drop)
 
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
@@ -322,8 +342,9 @@ class PrometheusHistory:
         partial answers go to ``said`` (list.append is atomic: the pool's threads share it)."""
         client = self._source.client
         ttl_s = max(self.interval_s, 1.0)
-        # A live read's instants older than this are final: scraped, recorded, past VictoriaMetrics' offset.
-        final_before = self._clock() - max(3 * self.interval_s, 60.0) - _LATENCY_OFFSET_S if live else None
+        # A live read's instants older than this are final: scraped (an interval), recorded (another), a third
+        # for a slow scrape, and past VictoriaMetrics' latency offset.
+        final_before = self._clock() - 3 * self.interval_s - _LATENCY_OFFSET_S if live else None
 
         def read(expr: str) -> list[RangeSeries]:
             key = RangeKey(client.identity, expr, grid.step_s)

@@ -12,13 +12,15 @@ sample within the period, at an hour's resolution), not known to the minute.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from collectors.prometheus.naming import TargetKey, by_instance
 from collectors.prometheus.queries import SignalQueries, signal_queries
-from collectors.prometheus.slo_rules import SloQueries, scope_shapes
+from collectors.prometheus.slo_rules import ScopeShape, SloQueries, scope_shapes
 from collectors.slo import EventCounts, Scope, Slo, build_slos
 from config import Config
 
@@ -27,6 +29,17 @@ if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): a viewer of a 
     from collectors.prometheus.promql_source import PrometheusSource
 
 MINUTE_S = 60.0
+_AT_STEP_S = 10.0  # evaluation instants of the window counts: one grid for every window of a report
+
+
+def _own_windows(slo: Slo) -> set[float]:
+    """The windows an SLO's report always asks for: its period and its alert conditions' windows."""
+    windows = {slo.window_s}
+    for condition in (*slo.page, *slo.ticket):
+        windows |= {condition.long_s, condition.short_s}
+    return windows
+
+
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
 
 
@@ -49,37 +62,75 @@ class PrometheusSloCounts:
         self._names = names
         self._clock = clock
         self._cache: dict[tuple[str, float, float], dict[str, EventCounts]] = {}
+        self._prefetched: set[tuple[str, float]] = set()
+        self._first: dict[tuple[str, str, float], int | None] = {}
+        self._lock = threading.Lock()
+        # The queries of one report go out together (a dozen windows × scope kinds × bad and total).
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="specwatch-slo")
+
+    def drop_caches(self) -> None:
+        """Forget every count read, as a restarted process would."""
+        with self._lock:
+            self._cache.clear()
+            self._prefetched.clear()
+            self._first.clear()
 
     def close(self) -> None:
-        """Nothing to close: the client is the Prometheus source's, closed with it."""
+        """The query threads go; the client is the Prometheus source's, closed with it."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
-        """Every scope's events over ``window_s`` ending at ``at`` (two queries per kind of scope)."""
-        key = (slo.name, round(window_s), round(at))
-        found = self._cache.get(key)
+        """Every scope's events over ``window_s`` ending at ``at`` (two queries per kind of scope).
+
+        ``at`` is read on a ``_AT_STEP_S`` grid: one report asks for a dozen windows over a second or more,
+        and each must see the same instant (and a cached answer); the first miss of an instant also asks
+        for the SLO's own windows (its period, page and ticket windows), every query at once."""
+        at = math.floor(at / _AT_STEP_S) * _AT_STEP_S
+        key = (slo.name, round(window_s), at)
+        with self._lock:
+            found = self._cache.get(key)
         if found is not None:
             return found
-        out: dict[str, EventCounts] = {}
-        for shape in scope_shapes(slo):
-            bad_expr, total_expr = self._queries.per_target(slo, shape, window_s)
-            by = f"sum by ({', '.join(shape.by)})" if shape.by else "sum"
-            totals = self._client.query(f"{by} ({total_expr})", at=at)
-            bads = {
-                tuple(sample.labels.get(name, "") for name in shape.by): sample.value
-                for sample in self._client.query(f"{by} ({bad_expr})", at=at)
-            }
-            for sample in totals:
-                values = tuple(sample.labels.get(name, "") for name in shape.by)
-                total = sample.value
-                if total is None or total <= 0:
-                    continue
-                bad = min(max(bads.get(values) or 0.0, 0.0), total)
-                scope = Scope(tuple(sorted(zip(shape.by, values, strict=True))))
-                out[scope.key] = EventCounts(total - bad, total)
-        if len(self._cache) > 256:
-            self._cache.clear()
-        self._cache[key] = out
-        return out
+        windows = {round(window_s)}
+        if (slo.name, at) not in self._prefetched:
+            self._prefetched.add((slo.name, at))
+            windows |= {round(w) for w in _own_windows(slo)}
+        with self._lock:
+            windows = {w for w in windows if (slo.name, w, at) not in self._cache}
+        jobs = {
+            (window, shape.by, kind): self._pool.submit(self._client.query, expr, at=at)
+            for window in windows
+            for shape in scope_shapes(slo)
+            for kind, expr in zip(("bad", "total"), self._scope_exprs(slo, shape, window), strict=True)
+        }
+        answers = {job: future.result() for job, future in jobs.items()}
+        for window in windows:
+            out: dict[str, EventCounts] = {}
+            for shape in scope_shapes(slo):
+                bads = {
+                    tuple(sample.labels.get(name, "") for name in shape.by): sample.value
+                    for sample in answers[(window, shape.by, "bad")]
+                }
+                for sample in answers[(window, shape.by, "total")]:
+                    values = tuple(sample.labels.get(name, "") for name in shape.by)
+                    total = sample.value
+                    if total is None or total <= 0:
+                        continue
+                    bad = min(max(bads.get(values) or 0.0, 0.0), total)
+                    scope = Scope(tuple(sorted(zip(shape.by, values, strict=True))))
+                    out[scope.key] = EventCounts(total - bad, total)
+            with self._lock:
+                if len(self._cache) > 256:
+                    self._cache.clear()
+                    self._prefetched.clear()
+                self._cache[(slo.name, window, at)] = out
+        with self._lock:
+            return self._cache.get(key, {})
+
+    def _scope_exprs(self, slo: Slo, shape: ScopeShape, window_s: float) -> tuple[str, str]:
+        bad_expr, total_expr = self._queries.per_target(slo, shape, window_s)
+        by = f"sum by ({', '.join(shape.by)})" if shape.by else "sum"
+        return f"{by} ({bad_expr})", f"{by} ({total_expr})"
 
     def counts(self, slo: str, scope: str, start_ts: float, end_ts: float) -> EventCounts:
         found = self._slos.get(slo)
@@ -100,10 +151,21 @@ class PrometheusSloCounts:
         found = self._slos.get(slo)
         if found is None:
             return None
+        # Asked at an hour's resolution: the answer holds for a minute (a 28-day subquery per scope).
+        now = self._clock()
+        key = (slo, scope, math.floor(now / MINUTE_S))
+        with self._lock:
+            if key in self._first:
+                return self._first[key]
         expr = self._queries.oldest_request(found, Scope.from_key(scope).as_dict())
-        samples = self._client.query(expr, at=self._clock())
+        samples = self._client.query(expr, at=now)
         value = samples[0].value if samples else None
-        return int(value // MINUTE_S * MINUTE_S) if value is not None and math.isfinite(value) else None
+        minute = int(value // MINUTE_S * MINUTE_S) if value is not None and math.isfinite(value) else None
+        with self._lock:
+            if len(self._first) > 256:
+                self._first.clear()
+            self._first[key] = minute
+        return minute
 
     def by_target(self, slo: str, start_ts: float, end_ts: float) -> dict[str, EventCounts]:
         found = self._slos.get(slo)
