@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from collectors.prometheus import slo_rules
 from collectors.prometheus.naming import TargetKey, by_instance
 from collectors.prometheus.queries import SignalQueries, signal_queries
-from collectors.prometheus.slo_rules import ScopeShape, SloQueries, scope_shapes
+from collectors.prometheus.slo_rules import ScopeShape, SloQueries, scope_shapes, window_name
 from collectors.slo import EventCounts, Scope, Slo, build_slos
 from config import Config
 
@@ -29,7 +30,16 @@ if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): a viewer of a 
     from collectors.prometheus.promql_source import PrometheusSource
 
 MINUTE_S = 60.0
-_AT_STEP_S = 10.0  # evaluation instants of the window counts: one grid for every window of a report
+_AT_STEP_S = 10.0  # one report's window counts share the instant its first count was asked at
+
+
+_RECORDED_LOOKBACK = "10m"  # twice the period rules' evaluation interval (slo_rules.PERIOD_INTERVAL_S)
+_NOT_SCOPE = frozenset({"__name__", *slo_rules.SLOTH_LABELS})
+
+
+def _scope_key(labels: Mapping[str, str]) -> str:
+    """The scope a recorded series stands for: its labels but the name and Sloth's."""
+    return Scope(tuple(sorted((k, v) for k, v in labels.items() if k not in _NOT_SCOPE))).key
 
 
 def _own_windows(slo: Slo) -> set[float]:
@@ -55,14 +65,17 @@ class PrometheusSloCounts:
         *,
         names: Callable[[TargetKey], str] | None = None,
         clock: Callable[[], float] = time.time,
+        recorded: bool = False,
     ) -> None:
         self._slos = {slo.name: slo for slo in slos}
+        self._recorded = recorded  # read the SLO recording rules' series where they exist
         self._client = client
         self._queries = SloQueries(queries)
         self._names = names
         self._clock = clock
         self._cache: dict[tuple[str, float, float], dict[str, EventCounts]] = {}
         self._prefetched: set[tuple[str, float]] = set()
+        self._at: float | None = None  # the instant the current report reads at
         self._first: dict[tuple[str, str, float], int | None] = {}
         self._lock = threading.Lock()
         # The queries of one report go out together (a dozen windows × scope kinds × bad and total).
@@ -74,6 +87,7 @@ class PrometheusSloCounts:
             self._cache.clear()
             self._prefetched.clear()
             self._first.clear()
+            self._at = None
 
     def close(self) -> None:
         """The query threads go; the client is the Prometheus source's, closed with it."""
@@ -82,10 +96,16 @@ class PrometheusSloCounts:
     def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
         """Every scope's events over ``window_s`` ending at ``at`` (two queries per kind of scope).
 
-        ``at`` is read on a ``_AT_STEP_S`` grid: one report asks for a dozen windows over a second or more,
-        and each must see the same instant (and a cached answer); the first miss of an instant also asks
-        for the SLO's own windows (its period, page and ticket windows), every query at once."""
-        at = math.floor(at / _AT_STEP_S) * _AT_STEP_S
+        One report asks for a dozen windows over a second or more, and each must see the same instant (and
+        the answers cached for it): an ``at`` less than ``_AT_STEP_S`` after the instant last evaluated is
+        read at that instant (never later than asked, never missing what was there when the report began).
+        The first miss of an instant also asks for the SLO's own windows (its period, page and ticket
+        windows), every query at once."""
+        with self._lock:
+            if self._at is not None and 0.0 <= at - self._at < _AT_STEP_S:
+                at = self._at
+            else:
+                self._at = at
         key = (slo.name, round(window_s), at)
         with self._lock:
             found = self._cache.get(key)
@@ -97,6 +117,8 @@ class PrometheusSloCounts:
             windows |= {round(w) for w in _own_windows(slo)}
         with self._lock:
             windows = {w for w in windows if (slo.name, w, at) not in self._cache}
+        if self._recorded:
+            windows -= self._from_recordings(slo, windows, at)
         jobs = {
             (window, shape.by, kind): self._pool.submit(self._client.query, expr, at=at)
             for window in windows
@@ -126,6 +148,39 @@ class PrometheusSloCounts:
                 self._cache[(slo.name, window, at)] = out
         with self._lock:
             return self._cache.get(key, {})
+
+    def _from_recordings(self, slo: Slo, windows: set[int], at: float) -> set[int]:
+        """The windows answered from the SLO recording rules (``export rules``): each scope's recorded total
+        and error ratio, the newest evaluation within ``_RECORDED_LOOKBACK`` (the period's rules run every
+        5 minutes). None when the rules are not loaded (no recorded total at all): raw series then."""
+        recorded = {round(w) for w in (*slo_rules.windows_s(slo), slo.window_s)}
+        wanted = sorted(w for w in windows if w in recorded)
+        if not wanted:
+            return set()
+        jobs = {
+            (window, kind): self._pool.submit(
+                self._client.query,
+                f"last_over_time({name}{window_name(window)}{slo_rules.selector(slo)}[{_RECORDED_LOOKBACK}])",
+                at=at,
+            )
+            for window in wanted
+            for kind, name in (("total", "slo:sli_total:increase"), ("ratio", "slo:sli_error:ratio_rate"))
+        }
+        answers = {job: future.result() for job, future in jobs.items()}
+        if not any(answers[(window, "total")] for window in wanted):
+            return set()
+        for window in wanted:
+            ratios = {_scope_key(s.labels): s.value for s in answers[(window, "ratio")]}
+            out: dict[str, EventCounts] = {}
+            for sample in answers[(window, "total")]:
+                total, key = sample.value, _scope_key(sample.labels)
+                if total is None or total <= 0:
+                    continue
+                bad = min(max((ratios.get(key) or 0.0) * total, 0.0), total)
+                out[key] = EventCounts(total - bad, total)
+            with self._lock:
+                self._cache[(slo.name, window, at)] = out
+        return set(wanted)
 
     def _scope_exprs(self, slo: Slo, shape: ScopeShape, window_s: float) -> tuple[str, str]:
         bad_expr, total_expr = self._queries.per_target(slo, shape, window_s)
@@ -238,4 +293,5 @@ def prometheus_slo_counts(
         prometheus.client,
         signal_queries(config, source=source),
         names=name_of,
+        recorded=config.prometheus is not None and config.prometheus.use_recording_rules,
     )
