@@ -50,8 +50,11 @@ from bench.prom_engines import (
     start_vmalert,
 )
 from bench.prom_live import LiveExporter, LiveFleet
-from collectors.prometheus.recording_rules import render_rules
-from config import parse_config
+from collectors.prometheus import slo_rules
+from collectors.prometheus.queries import signal_queries
+from collectors.prometheus.recording_rules import rule_groups
+from collectors.slo import build_slos
+from config import Config, parse_config
 
 _free_port = free_port  # bench_scrape_vs_prometheus starts its engines on one of these
 SERVERS = 1000
@@ -139,6 +142,16 @@ def _engine_settings(url: str, store: Path) -> dict[str, object]:
         },
         "slos": SLOS,
     }
+
+
+def _recording_rules(config: Config) -> str:
+    """The exported recording rules the engines evaluate live: the signals' (as the backfill recorded them:
+    this selector and rate window) and the SLOs' (``export rules`` without its alerts: nobody is paged)."""
+    queries = signal_queries(config)
+    groups = rule_groups(queries)["groups"]
+    for slo in build_slos(config):
+        groups += slo_rules.recording_groups(slo, queries, interval_s=INTERVAL_S)
+    return yaml.safe_dump({"groups": groups}, sort_keys=False, width=10_000)
 
 
 def _engine_config(path: Path, url: str, store: Path) -> Path:
@@ -354,8 +367,9 @@ def main() -> dict[str, object]:
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir()
     rules = run / "rules.yml"
-    # The exported rules for this selector and rate window, as the backfill recorded them.
-    rules.write_text(render_rules(parse_config(_engine_settings("http://127.0.0.1:9", run / "rules.sqlite"))))
+    rules.write_text(
+        _recording_rules(parse_config(_engine_settings("http://127.0.0.1:9", run / "rules.sqlite")))
+    )
     exporter = LiveExporter(LiveFleet(servers=servers, base_servers=BASE_SERVERS, window_s=INTERVAL_S))
     engines = _start_engines(data, run, exporter, rules)
     try:
