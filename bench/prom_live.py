@@ -66,9 +66,12 @@ class LiveFleet:
             lines.append(("up", "", "0" if down else "1"))
             if not down:
                 lines.append(("scrape_duration_seconds", "", "0.004"))
+            # One text per base server with a marker for the instance, copied per clone (str.replace runs in
+            # C: a 1,000-server body in tens of milliseconds, on the box the dashboard is measured on).
+            text = "".join(f"{metric}{{\x00{extra}}} {value}\n" for metric, extra, value in lines)
             for copy in range(self._copies):
                 instance = f'instance="{clone_name(server.spec.name, copy)}",job="{JOB}"'
-                out.extend(f"{metric}{{{instance}{extra}}} {value}\n" for metric, extra, value in lines)
+                out.append(text.replace("\x00", instance))
         return "".join(out).encode()
 
     def scrape_counts(self) -> dict[str, int]:
