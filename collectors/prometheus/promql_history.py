@@ -22,12 +22,12 @@ import pandas as pd
 
 from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
-from collectors.model import RECIPE_FLAGS, SIGNAL_NAMES, Event, Recipe, TargetSnapshot
+from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.prometheus.matrix import RangeSeries
 from collectors.prometheus.naming import TargetKey, by_instance, instance_of_name, target_names
 from collectors.prometheus.queries import SignalQueries
 from collectors.prometheus.read_plan import Grid, aligned_grid, needs_labels, signals_to_query
-from collectors.prometheus.recipe_labels import LABEL_ALIASES, recipe_from_labels
+from collectors.prometheus.recipe_labels import RECIPE_LABELS, recipe_from_labels
 from collectors.prometheus.result_cache import RANGE_RESULTS, RangeKey
 from collectors.sample_columns import (
     SAMPLE_VALUES,
@@ -49,11 +49,7 @@ if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-_NUMERIC = ("up", *SAMPLE_VALUES)
-# The labels a recipe is read from (``recipe_labels``): series differing only in others share a recipe.
-_RECIPE_LABELS = frozenset(RECIPE_FLAGS) | {
-    alias for names in LABEL_ALIASES.values() for alias in names
-}  # the float grid, in this order (the signals from index 2)
+_NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
 # VictoriaMetrics answers from samples at least this old by default (-search.latencyOffset): newer instants
@@ -482,7 +478,7 @@ class PrometheusHistory:
         for series in answers.get("__labels", []):
             name = names(series)
             deployments.setdefault(name, series.labels.get("deployment", ""))
-            key = tuple(sorted((k, v) for k, v in series.labels.items() if k in _RECIPE_LABELS))
+            key = tuple(sorted((k, v) for k, v in series.labels.items() if k in RECIPE_LABELS))
             if key not in parsed:
                 parsed[key] = recipe_from_labels(series.labels)
             recipe = parsed[key]
