@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -232,8 +233,12 @@ class PrometheusHistory:
             return []
         grid, queries = self._grid(start_ts, end_ts, 2000, targets)
         said: list[str] = []
+        # Counter resets over each step and one scrape before it: every pair of consecutive samples falls in
+        # one window, so a restart is one event (a rate-window-long window counted it in every step it
+        # spans, and read each sample that many times).
+        resets = replace(queries, rate_window_s=grid.step_s + self.interval_s, gauge_window_s=None)
         answers = self._range_all(
-            {"down": f"({queries.up()}) == 0", "resets": f"({queries.restarts()}) > 0"}, grid, said
+            {"down": f"({queries.up()}) == 0", "resets": f"({resets.restarts()}) > 0"}, grid, said
         )
         down = sorted({TargetKey.of(s.labels).instance for s in answers["down"]})
         if down:

@@ -4,6 +4,7 @@ within the scrape interval sends none; a live read re-queries only what can stil
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,16 @@ from collectors.prometheus.result_cache import RANGE_RESULTS
 from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, SampleColumns
 from config import Config
 from sim.fleet import SimFleet
-from tests.prometheus.engines import Engine, source_config
+from tests.prometheus.conftest import skip_without
+from tests.prometheus.engines import (
+    PROMETHEUS,
+    Engine,
+    StaticServer,
+    scrape_config,
+    source_config,
+    start_prometheus,
+    wait_scraped,
+)
 from views.fleet_frames import FLEET_SERIES_SIGNALS
 
 pytestmark = pytest.mark.engines
@@ -135,3 +145,39 @@ def _wait_for_samples_older_than(engine: Engine, age_s: float) -> None:
             return
         assert time.monotonic() < deadline, f"the engine holds no samples older than {age_s:.0f} s"
         time.sleep(1)
+
+
+def test_a_restart_is_one_event_and_only_targets_ever_down_are_read_step_by_step(
+    golden_text: str, tmp_path: Path
+) -> None:
+    skip_without(PROMETHEUS, "prometheus")
+    restarting, steady = StaticServer(golden_text.encode()), StaticServer(golden_text.encode())
+    engine = start_prometheus(
+        tmp_path / "prometheus", scrape_config({"sglang": [restarting.netloc, steady.netloc]})
+    )
+    try:
+        wait_scraped(engine, restarting.netloc)
+        started = time.time()
+        time.sleep(3)
+        # The request counters fall: the server restarted.
+        restarting.body = re.sub(
+            r"(sglang:num_requests_total\{[^}]*\}) [0-9.]+", r"\1 3.0", golden_text
+        ).encode()
+        time.sleep(4)
+        config = source_config(engine.url)
+        history = PrometheusHistory(
+            config.model_copy(
+                update={"store": config.store.model_copy(update={"path": str(tmp_path / "m.db")})}
+            )
+        )
+        try:
+            events = history.read_events(started - 5, time.time())
+        finally:
+            history.close()
+    finally:
+        engine.stop()
+        restarting.stop()
+        steady.stop()
+    restarts = [(e.target, e.kind) for e in events if e.kind == "restart"]
+    assert restarts == [(restarting.netloc, "restart")]  # once, however many steps its window spans
+    assert not [e for e in events if e.kind in ("up", "down")]  # neither was ever down
