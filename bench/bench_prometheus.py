@@ -1,346 +1,432 @@
-"""Fleet benchmark of the Prometheus source: load what the Fleet and Server pages need for 500 servers × 6 h
-from a real Prometheus (history backfilled with ``promtool tsdb create-blocks-from openmetrics``) versus the
-embedded SQLite store holding the same fleet, both measured in this run.
+"""Every page from the fleet's Prometheus and VictoriaMetrics beside the embedded store: 1,000 servers ×
+15 min, 24 h and 7 d, cold / warm / live, measured in one run.
 
-Knobs (environment): SPECWATCH_BENCH_PROM_SERVERS (500), SPECWATCH_BENCH_PROM_HOURS (6),
-SPECWATCH_BENCH_PROM_INTERVAL_S (15: Prometheus's scrape interval), SPECWATCH_BENCH_SQLITE_INTERVAL_S (5).
+The three backends hold the same simulated fleet (``BASE_SERVERS`` demo-scenario servers, each cloned to
+make ``SERVERS``): the embedded store as ``bench_pages`` fills it (raw rows every 5 s for 6 h, rollup tiers
+to 7 d); Debian's Prometheus 2.42 and VictoriaMetrics 1.79 with SGLang's own series backfilled every 60 s and
+the recording rules' series beside them (``bench/prom_data.py``: how, and what it costs), then scraping the
+live fleet every 15 s (``bench/prom_live.py``) with the rules evaluated live (Prometheus's rule files;
+vmalert for VictoriaMetrics). The engines read a hard-linked copy of the kept data, so the live samples of
+one run never reach the next.
+
+Each page runs through AppTest in a child process per backend (as ``bench_pages``): "warm" a rerun, "live"
+the rerun after the next scrape landed (interval caches cleared), "cold" every cache cleared (the page's,
+the history's result cache: a restarted dashboard). Per render: wall and CPU seconds of the dashboard
+process, the engine's CPU (/proc), the PromQL queries sent and the answer bytes read, and the bytes sent to
+the browser. Ratios: each engine's cold time over the embedded store's, same page and range, same run.
+
+Knobs (environment): SPECWATCH_BENCH_PROM_DATA (/tmp/specwatch-bench-prom: kept data, extended to now on
+the next run), SPECWATCH_BENCH_PROM_SERVERS (1000), SPECWATCH_BENCH_PROM_PAGES (fleet,server,context,
+capacity,recipes,slo), SPECWATCH_BENCH_PROM_RANGES (15m,24h,7d), SPECWATCH_BENCH_PROM_BACKENDS (embedded,
+victoria-metrics,prometheus), SPECWATCH_BENCH_PROM_RUNS (3), SPECWATCH_BENCH_PROM_HOURS (168: the engines'
+history; the embedded store always holds bench_pages' week).
 """
 
 from __future__ import annotations
 
-import math
+import multiprocessing
 import os
+import resource
 import shutil
-import socket
-import sqlite3
+import statistics
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from queue import Empty
+from typing import Any
 
-import numpy as np
 import requests
+import yaml
 
-from collectors.errors import CollectorError
-from collectors.history import HistoryReader
-from collectors.model import SIGNAL_NAMES, Recipe
-from collectors.prometheus.promql_history import PrometheusHistory
-from collectors.prometheus.promql_source import PrometheusSource
-from collectors.prometheus.recording_rules import render_rules
-from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES
-from collectors.store.sqlite_store import SqliteStore
-from config import Config, Target, parse_config
-from views.fleet_frames import FLEET_SERIES_SIGNALS
-
-FLEET_POINTS = 150  # views.pages.fleet.FLEET_SERIES_POINTS: the Fleet chart's points per target
-SERVER_POINTS = 1500  # views.page_context.MAX_POINTS_PER_SERIES: a Server page's points
-EXTRA_LABELS = 'model_name="kimi-k3",speculative_algorithm="DSPARK",speculative_dspark_block_size="3"'
-RECIPE = Recipe.from_flags(
-    {"model": "kimi-k3", "speculative_algorithm": "DSPARK", "speculative_dspark_block_size": 3}
+from bench import bench_pages, prom_data
+from bench.prom_engines import (
+    Engine,
+    cpu_seconds,
+    free_port,
+    live_scrape,
+    start_prometheus,
+    start_victoria,
+    start_vmalert,
 )
+from bench.prom_live import LiveExporter, LiveFleet
+from collectors.prometheus import slo_rules
+from collectors.prometheus.queries import signal_queries
+from collectors.prometheus.recording_rules import rule_groups
+from collectors.slo import build_slos
+from config import Config, parse_config
+
+_free_port = free_port  # bench_scrape_vs_prometheus starts its engines on one of these
+SERVERS = 1000
+BASE_SERVERS = bench_pages.BASE_SERVERS  # the same base fleet the embedded store clones
+HISTORY_H = 7 * 24.0
+BACKFILL_STEP_S = 60.0  # Prometheus's default scrape interval: the backfilled week
+INTERVAL_S = 15.0  # the live scrapes, the rules' evaluation and the dashboard's refresh
+RATE_WINDOW_S = 4 * BACKFILL_STEP_S  # four samples of the backfilled history in every rate window
+PAGES = ("fleet", "server", "context", "capacity", "recipes", "slo")
+RANGES = ("15m", "24h", "7d")
+BACKENDS = ("embedded", "victoria-metrics", "prometheus")
+RUNS = 3
+TARGET_RATIO = 2.0
+TARGET_FLEET_COLD_S = 1.0
+TARGET_LIVE_CPU_S = 0.2
+# The SLOs of config/default.yaml (their buckets are in the backfilled series: sim.series_history).
+SLOS = [
+    {"name": "ttft-4s", "sli": {"kind": "ttft", "threshold_s": 4}, "objective": 0.99},
+    {
+        "name": "tpot-40ms-long-context",
+        "sli": {"kind": "tpot", "threshold_s": 0.04},
+        "objective": 0.99,
+        "match": {"tier": "long-context"},
+    },
+    {"name": "availability", "sli": {"kind": "availability"}, "objective": 0.999},
+]
+EMBEDDED_STALE_S = 3600.0  # an embedded store whose newest row is older is filled again
 
 
-def _env(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+def _listed(name: str, default: Sequence[str]) -> list[str]:
+    return [s.strip() for s in os.environ.get(name, "").split(",") if s.strip()] or list(default)
 
 
-def _shape(index: int, ts: np.ndarray) -> dict[str, np.ndarray]:
-    """One server's signals over time: a daily-ish load wave with a per-server phase (deterministic)."""
-    phase = (index * 0.61803) % 1.0 * 2 * math.pi
-    wave = np.sin(2 * math.pi * ts / 3600.0 + phase)
-    running = np.round(32 + 14 * wave)
-    accept = 2.55 + 0.25 * np.cos(2 * math.pi * ts / 5400.0 + phase)
-    tpot = 0.028 + 0.006 * wave
-    full = 0.24 + 0.08 * wave
+# -- the backends --------------------------------------------------------------------------------------------
+def _embedded(root: Path, servers: int) -> tuple[Path, dict[str, object]]:
+    """The embedded store of ``bench_pages`` at ``servers``, kept in ``root``, filled again once stale."""
+    path = root / "embedded.sqlite"
+    report: dict[str, object] = {}
+    newest = _newest_row(path)
+    if newest is None or time.time() - newest > EMBEDDED_STALE_S:
+        for stale in root.glob("embedded.sqlite*"):
+            stale.unlink()
+        report.update(bench_pages._fill(path))
+        started = time.perf_counter()
+        bench_pages._grow(path, range(1, servers // BASE_SERVERS))
+        report["grow_s"] = round(time.perf_counter() - started, 1)
+    else:
+        report["reused"] = True
+    report.update(bench_pages._catch_up(path))
+    report["store_mb"] = round(path.stat().st_size / 1e6)
+    return path, report
+
+
+def _newest_row(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        row = db.execute("SELECT MAX(ts) FROM latest_samples").fetchone()
+    finally:
+        db.close()
+    return float(row[0]) if row and row[0] is not None else None
+
+
+def _linked_copy(source: Path, target: Path) -> Path:
+    """A hard-linked copy (the engines write only new files; a block or part is never changed in place)."""
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(source), str(target)], check=True)
+    return target
+
+
+def _engine_settings(url: str, store: Path) -> dict[str, object]:
     return {
-        "running": running,
-        "accept": accept,
-        "tpot": tpot,
-        "full": full,
-        "mamba": np.minimum(running / 49, 1),
+        "source": "prometheus",
+        "scrape": {"interval_s": INTERVAL_S, "timeout_s": 10},
+        "store": {"path": str(store)},
+        "prometheus": {
+            "url": url,
+            "selector": prom_data.SELECTOR,
+            "timeout_s": 120,
+            "rate_window_s": RATE_WINDOW_S,
+            "use_recording_rules": True,
+        },
+        "slos": SLOS,
     }
 
 
-def _series(index: int, ts: np.ndarray, interval_s: float) -> Iterator[tuple[str, str, np.ndarray]]:
-    """(name, extra labels, values) of every series the signals read, as Prometheus stores SGLang's."""
-    s = _shape(index, ts)
-    tok_s = s["running"] / s["tpot"]
-    gen = np.cumsum(tok_s * interval_s)
-    yield "num_running_reqs", "tp_rank", s["running"]
-    yield "num_queue_reqs", "tp_rank", np.maximum(s["running"] - 40, 0)
-    yield "gen_throughput", "tp_rank", tok_s
-    yield "full_token_usage", "tp_rank", s["full"]
-    yield "mamba_usage", "tp_rank", s["mamba"]
-    yield "token_usage", "tp_rank", np.maximum(s["full"], s["mamba"])
-    yield "decode_sum_seq_lens", "tp_rank", s["running"] * 9100
-    yield "cache_hit_rate", "tp_rank", np.full_like(ts, 0.41)
-    yield "spec_accept_length", "tp_rank", s["accept"]
-    yield "spec_accept_rate", "tp_rank", (s["accept"] - 1) / 3
-    yield "max_total_num_tokens", "tp_rank", np.full_like(ts, 1_562_306)
-    yield "kv_used_tokens", "tp_rank", s["full"] * 1_562_306
-    yield "num_retracted_requests_total", "tp_rank", np.floor(np.arange(len(ts)) / 240)
-    yield "queue_time_seconds_sum", "tp_rank", np.cumsum(np.maximum(s["running"] - 40, 0) * 0.5)
-    yield "queue_time_seconds_count", "tp_rank", np.arange(len(ts)) * 2.0
-    yield "generation_tokens_total", "", gen
-    yield "spec_verify_calls_total", "", np.cumsum(tok_s * interval_s / s["accept"])
-    yield "prompt_tokens_total", "", gen * 8
-    yield "cached_tokens_total", "", gen * 8 * 0.41
-    yield "num_requests_total", "", gen / 1024
-    yield "inter_token_latency_seconds_sum", "", np.cumsum(tok_s * interval_s * s["tpot"])
-    yield "inter_token_latency_seconds_count", "", gen
-    yield "time_to_first_token_seconds_sum", "", np.arange(len(ts)) * 0.9
-    yield "time_to_first_token_seconds_count", "", np.arange(len(ts)) * 1.0
+def _recording_rules(config: Config) -> str:
+    """The exported recording rules the engines evaluate live: the signals' (as the backfill recorded them:
+    this selector and rate window) and the SLOs' (``export rules`` without its alerts: nobody is paged)."""
+    queries = signal_queries(config)
+    groups = rule_groups(queries)["groups"]
+    for slo in build_slos(config):
+        groups += slo_rules.recording_groups(slo, queries, interval_s=INTERVAL_S)
+    return yaml.safe_dump({"groups": groups}, sort_keys=False, width=10_000)
 
 
-def write_openmetrics(out: IO[str], servers: int, ts: np.ndarray, interval_s: float) -> int:
-    """The fleet's history as OpenMetrics with timestamps (promtool's backfill input); returns samples."""
-    stamps = [str(int(t)) for t in ts]
-    samples = 0
-    for index in range(servers):
-        instance = f'instance="k3-{index:03d}:30000",job="sglang"'
-        for name, kind, values in _series(index, ts, interval_s):
-            labels = instance + (',tp_rank="0"' if kind else "")
-            if name == "num_running_reqs":
-                labels += "," + EXTRA_LABELS  # recipes from --extra-metric-labels, as a Prometheus fleet has
-            prefix = f"sglang_{name}{{{labels}}} "
-            out.write("".join(f"{prefix}{v:.6g} {t}\n" for v, t in zip(values.tolist(), stamps, strict=True)))
-            samples += len(stamps)
-        for name, value in (("up", 1.0), ("scrape_duration_seconds", 0.012)):
-            out.write("".join(f"{name}{{{instance}}} {value} {t}\n" for t in stamps))
-            samples += len(stamps)
-    out.write("# EOF\n")
-    return samples
+def _engine_config(path: Path, url: str, store: Path) -> Path:
+    path.write_text(yaml.safe_dump(_engine_settings(url, store)))
+    return path
 
 
-def fill_sqlite(path: Path, servers: int, ts: np.ndarray) -> int:
-    """The same fleet in the embedded store's schema, one row per target per cycle (as the collector writes).
-
-    Rows go in with one executemany per target (the store's own ``append`` is measured in bench_history).
-    """
-    store = SqliteStore(path)  # creates the schema
-    store.put_recipe(RECIPE, float(ts[0]))
-    store.close()
-    columns = ["ts", "target", "up", "error", "recipe_id", "deployment", "scrape_duration_s", *SIGNAL_NAMES]
-    sql = f"INSERT INTO samples ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"  # noqa: S608
-    db = sqlite3.connect(path)
-    with db:
-        for index in range(servers):
-            s = _shape(index, ts)
-            signals = {
-                "accept_length": s["accept"],
-                "tokens_per_verify": s["accept"],
-                "spec_accept_rate": (s["accept"] - 1) / 3,
-                "tpot_s": s["tpot"],
-                "step_latency_s": s["accept"] * s["tpot"],
-                "output_tok_s": s["running"] / s["tpot"],
-                "per_request_tok_s": 1 / s["tpot"],
-                "running": s["running"],
-                "queued": np.maximum(s["running"] - 40, 0),
-                "max_running": np.full_like(ts, 48),
-                "state_pool_usage": s["mamba"],
-                "kv_usage": s["full"],
-                "token_usage": np.maximum(s["full"], s["mamba"]),
-                "avg_context_tokens": np.full_like(ts, 9100),
-                "cache_hit_rate": np.full_like(ts, 0.41),
-                "retractions_per_s": np.zeros_like(ts),
-                "ttft_s": np.full_like(ts, 0.9),
-                "queue_time_s": np.full_like(ts, 0.25),
+def _embedded_config(path: Path, store: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "scrape": {"interval_s": bench_pages.STEP_S, "timeout_s": 3},
+                "store": {"path": str(store)},
+                "slos": SLOS,
             }
-            fixed = (f"k3-{index:03d}:30000", 1, None, RECIPE.recipe_id, "", 0.012)
-            values = np.column_stack([ts, *(signals[name] for name in SIGNAL_NAMES)]).tolist()
-            db.executemany(sql, ((row[0], *fixed, *row[1:]) for row in values))
-    db.close()
-    return servers * len(ts)
-
-
-def _best_of(function: Callable[[], Any], rounds: int = 3) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
-def _pages(
-    store: HistoryReader, start: float, end: float, interval_s: float, servers: int
-) -> dict[str, Callable[[], Any]]:
-    """What the two pages call on a cold cache (views.data), for one server of the fleet."""
-    one = [f"k3-{min(7, servers - 1):03d}:30000"]
-
-    def fleet() -> None:
-        latest = store.latest_columns(end - 4 * interval_s)
-        series = store.read_columns(start, end, FLEET_SERIES_SIGNALS, FLEET_POINTS)
-        assert len(latest) > 0
-        assert len(series) > 0
-
-    def server() -> None:
-        history = store.read_columns(start, end, SAMPLE_VALUES, SERVER_POINTS, one, texts=SAMPLE_TEXTS)
-        store.read_events(start, end, one)
-        store.recipes()
-        assert len(history) > 0
-
-    return {"fleet_page": fleet, "server_page": server}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _start_prometheus(workdir: Path, tsdb: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        raise RuntimeError("prometheus is not installed (apt-get install prometheus)")
-    config = workdir / "prometheus.yml"
-    config.write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
-    port = _free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=3650d"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(url + "/-/ready", timeout=1).status_code == 200:
-                return process, url
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    process.terminate()
-    raise RuntimeError(f"prometheus did not become ready: {(workdir / 'prometheus.log').read_text()[-2000:]}")
-
-
-def _config(url: str, interval_s: float, store_path: Path) -> Config:
-    return parse_config(
-        {
-            "source": "prometheus",
-            "scrape": {"interval_s": interval_s, "timeout_s": min(interval_s, 60)},
-            "store": {"path": str(store_path)},
-            "prometheus": {"url": url, "selector": 'job="sglang"', "timeout_s": 120},
-        }
+        )
     )
+    return path
 
 
-def _measure_prometheus(
-    url: str, work: Path, start: float, end: float, interval_s: float, recorded: bool, servers: int
+# -- one backend's page cases, in a child process ----------------------------------------------------------
+def _runs(
+    make: Callable[[], Any], before: Callable[[], None] | None, runs: int, engine_pid: int | None
 ) -> dict[str, float]:
-    """Best-of-3 seconds of each page read through PrometheusHistory (raw series, or recorded ones)."""
-    config = _config(url, interval_s, work / "meta.sqlite")
-    if recorded and config.prometheus is not None:
-        prometheus = config.prometheus.model_copy(update={"use_recording_rules": True})
-        config = config.model_copy(update={"prometheus": prometheus})
-    source = PrometheusSource(config, recipe_fetcher=_no_server_info, clock=lambda: end)
-    history = PrometheusHistory(config, source=source, clock=lambda: end)
-    label = "prometheus_recorded" if recorded else "prometheus"
-    times: dict[str, float] = {}
+    """Medians over ``runs`` reruns (after a first run that imports, starts and fills the caches): script
+    wall and CPU seconds, the engine's CPU, queries and answer bytes per render."""
+    from collectors.prometheus.client import QUERY_STATS
+
+    at = make()
+    at.run(timeout=300)
+    bench_pages.SCRIPT_TIMES.clear()
+    bench_pages.SCRIPT_CPU.clear()
+    engine_cpu: list[float] = []
+    queries: list[int] = []
+    answer_bytes: list[int] = []
+    for _ in range(runs):
+        if before is not None:
+            before()
+        sent, read = QUERY_STATS.snapshot()
+        engine_before = cpu_seconds(engine_pid) if engine_pid else 0.0
+        at.run(timeout=300)
+        if engine_pid:
+            time.sleep(0.05)  # the engine finishes writing its answer's last bytes
+            engine_cpu.append(cpu_seconds(engine_pid) - engine_before)
+        sent_after, read_after = QUERY_STATS.snapshot()
+        queries.append(sent_after - sent)
+        answer_bytes.append(read_after - read)
+    if at.exception:
+        raise RuntimeError(f"page raised: {at.exception[0].value}")
+    return {
+        "s": statistics.median(bench_pages.SCRIPT_TIMES),
+        "cpu_s": statistics.median(bench_pages.SCRIPT_CPU),
+        "engine_cpu_s": statistics.median(engine_cpu) if engine_cpu else 0.0,
+        "queries": statistics.median(queries),
+        "answer_kb": statistics.median(answer_bytes) / 1024,
+        "browser_kb": bench_pages._tree_bytes(at._tree) / 1024,
+    }
+
+
+def _case(
+    config: Path, page: str, range_key: str, runs: int, landed: Callable[[], None], engine_pid: int | None
+) -> dict[str, object]:
+    from streamlit.testing.v1 import AppTest
+
+    from views import data
+
+    def make() -> AppTest:
+        argv = ["--config", str(config), "--page", page, "--no-collector"]
+        at = AppTest.from_function(bench_pages._app_script, kwargs={"argv": argv}, default_timeout=300)
+        at.query_params["range"] = range_key
+        if page in ("server", "capacity"):
+            at.query_params["server"] = "demo-000"
+        return at
+
+    def scrape_lands() -> None:
+        landed()
+        data.clear_interval_caches()
+
+    out: dict[str, object] = {}
+    for kind, before in (("warm", None), ("live", scrape_lands), ("cold", data.clear_all_caches)):
+        measured = _runs(make, before, runs, engine_pid)
+        for key, value in measured.items():
+            if kind != "cold" and key in ("browser_kb",):
+                continue
+            out[f"{kind}_{key}"] = round(value, 3 if key.endswith("_s") else 1)
+    return out
+
+
+def _backend_cases(
+    backend: str,
+    config: Path,
+    pages: Sequence[str],
+    ranges: Sequence[str],
+    runs: int,
+    engine_pid: int | None,
+    live: tuple[str, str] | None,
+    store: Path | None,
+    out: Any,
+) -> None:
+    """One dashboard process's cases for one backend. ``live``: (exporter URL, the engine's User-Agent
+    product) to wait on for the next scrape; ``store``: the embedded store a collector appends to."""
+    context = multiprocessing.get_context("spawn")
+    collector = None
+    if store is not None:
+        asks, done = context.Queue(), context.Queue()
+        collector = context.Process(target=bench_pages._collector, args=(store, asks, done))
+        collector.start()
+
+        def landed() -> None:
+            asks.put(time.time())
+            done.get(timeout=60)
+
+    else:
+        assert live is not None
+        exporter, agent = live
+
+        def landed() -> None:
+            seen = requests.get(f"{exporter}/scrapes", timeout=5).json().get(agent, 0)
+            deadline = time.monotonic() + 4 * INTERVAL_S
+            while requests.get(f"{exporter}/scrapes", timeout=5).json().get(agent, 0) == seen:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{agent} did not scrape the live fleet within {4 * INTERVAL_S:.0f} s")
+                time.sleep(0.2)
+            time.sleep(1.0)  # ingested
+
+    cases: dict[str, object] = {}
     try:
-        for name, page in _pages(history, start, end, interval_s, servers).items():
-            page()  # warm the page cache of the TSDB files once, as a running Prometheus has it
-            times[f"{label}_{name}_s"] = round(_best_of(page), 3)
+        for page in pages:
+            for range_key in ranges:
+                cases[f"{page}_{range_key}"] = _case(config, page, range_key, runs, landed, engine_pid)
     finally:
-        history.close()
-    return times
+        if collector is not None:
+            asks.put(None)
+            collector.join()
+    cases["dashboard_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    out.put(cases)
 
 
-def _no_server_info(target: Target) -> Recipe:
-    raise CollectorError(f"{target.name}: /server_info is not read in the benchmark")
+def _in_child(*args: object) -> dict[str, object]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_backend_cases, args=(*args, queue))
+    child.start()
+    try:
+        while True:
+            try:
+                found: dict[str, object] = queue.get(timeout=5.0)
+                return found
+            except Empty:
+                if not child.is_alive():
+                    raise RuntimeError(f"the page cases' process ended with {child.exitcode}") from None
+    finally:
+        child.join()
+
+
+# -- the run -------------------------------------------------------------------------------------------------
+def _start_engines(
+    data: prom_data.Dataset, run: Path, exporter: LiveExporter, rules: Path
+) -> dict[str, Engine]:
+    scrape = live_scrape([exporter.netloc], INTERVAL_S)
+    engines: dict[str, Engine] = {}
+    engines["prometheus"] = start_prometheus(
+        run / "prometheus",
+        _linked_copy(data.prometheus_dir, run / "prometheus-tsdb"),
+        scrape_interval_s=INTERVAL_S,
+        scrape=scrape,
+        rule_files=[rules],
+        retention=prom_data.RETENTION,
+    )
+    engines["victoria-metrics"] = start_victoria(
+        _linked_copy(data.victoria_dir, run / "victoria-data"), run / "victoria.log", scrape=scrape
+    )
+    engines["vmalert"] = start_vmalert(run / "vmalert", engines["victoria-metrics"], [rules], INTERVAL_S)
+    return engines
+
+
+def _wait_scraped(exporter: LiveExporter, agents: Sequence[str], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(exporter.scrapes(agent) < 2 for agent in agents):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the engines did not scrape the live fleet: {exporter.fleet.scrapes}")
+        time.sleep(0.5)
+
+
+_AGENTS = {"prometheus": "Prometheus", "victoria-metrics": "vm_promscrape"}
 
 
 def main() -> dict[str, object]:
-    servers = int(_env("SPECWATCH_BENCH_PROM_SERVERS", 500))
-    hours = _env("SPECWATCH_BENCH_PROM_HOURS", 6)
-    prom_interval = _env("SPECWATCH_BENCH_PROM_INTERVAL_S", 15)
-    sqlite_interval = _env("SPECWATCH_BENCH_SQLITE_INTERVAL_S", 5)
-    end = math.floor(time.time() / 3600) * 3600.0 - 3600  # whole hours in the past: backfill-friendly
-    start = end - hours * 3600
-    result: dict[str, object] = {"servers": servers, "hours": hours}
-    with tempfile.TemporaryDirectory(prefix="specwatch-bench-prom-") as tmp:
-        work = Path(tmp)
-        # Prometheus: OpenMetrics history → TSDB blocks → a real server on them.
-        prom_ts = np.arange(start, end + 1, prom_interval)
-        started = time.perf_counter()
-        with (work / "fleet.om").open("w") as out:
-            samples = write_openmetrics(out, servers, prom_ts, prom_interval)
-        result["openmetrics_write_s"] = round(time.perf_counter() - started, 1)
-        started = time.perf_counter()
-        subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet",
-             str(work / "fleet.om"), str(work / "tsdb")],
-            check=True,
-            capture_output=True,
-        )  # fmt: skip
-        result["promtool_backfill_s"] = round(time.perf_counter() - started, 1)
-        (work / "fleet.om").unlink()
-        result["prometheus_samples"] = samples
-        result["prometheus_tsdb_mib"] = round(_dir_bytes(work / "tsdb") / 2**20, 1)
-        process, url = _start_prometheus(work, work / "tsdb")
-        try:
-            # The exported recording rules, backfilled over the same hours by promtool (as a Prometheus
-            # that had loaded them would have recorded them).
-            rules = work / "rules.yml"
-            rules.write_text(render_rules(_config(url, prom_interval, work / "meta.sqlite")))
-            started = time.perf_counter()
-            subprocess.run(
-                ["promtool", "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={url}",
-                 f"--start={int(start)}", f"--end={int(end)}", f"--eval-interval={int(prom_interval)}s",
-                 f"--output-dir={work / 'recorded'}", str(rules)],
-                check=True,
-                capture_output=True,
-            )  # fmt: skip
-            result["promtool_rules_backfill_s"] = round(time.perf_counter() - started, 1)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-        for block in (work / "recorded").iterdir():
-            if block.is_dir():
-                block.rename(work / "tsdb" / block.name)
-        result["prometheus_tsdb_with_recorded_mib"] = round(_dir_bytes(work / "tsdb") / 2**20, 1)
-        process, url = _start_prometheus(work, work / "tsdb")
-        try:
-            # Raw and recorded reads alternate, so both see the same machine load.
-            for _ in range(2):
-                for recorded in (False, True):
-                    for key, seconds in _measure_prometheus(
-                        url, work, start, end, prom_interval, recorded, servers
-                    ).items():
-                        result[key] = min(seconds, float(str(result.get(key, seconds))))
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    root = Path(os.environ.get("SPECWATCH_BENCH_PROM_DATA", "/tmp/specwatch-bench-prom"))
+    servers = int(os.environ.get("SPECWATCH_BENCH_PROM_SERVERS", SERVERS))
+    pages = _listed("SPECWATCH_BENCH_PROM_PAGES", PAGES)
+    ranges = _listed("SPECWATCH_BENCH_PROM_RANGES", RANGES)
+    backends = _listed("SPECWATCH_BENCH_PROM_BACKENDS", BACKENDS)
+    runs = int(os.environ.get("SPECWATCH_BENCH_PROM_RUNS", RUNS))
+    hours = float(os.environ.get("SPECWATCH_BENCH_PROM_HOURS", HISTORY_H))
+    result: dict[str, object] = {"servers": servers, "history_h": hours, "runs_per_case": runs}
 
-        # The embedded store: the same fleet at the collector's interval (and at Prometheus's, same density).
-        for label, interval in (("sqlite", sqlite_interval), ("sqlite_same_interval", prom_interval)):
-            path = work / f"{label}.sqlite"
-            started = time.perf_counter()
-            rows = fill_sqlite(path, servers, np.arange(start, end + 1, interval))
-            result[f"{label}_fill_s"] = round(time.perf_counter() - started, 1)
-            store = SqliteStore(path)
-            result[f"{label}_rows"] = rows
-            try:
-                for name, page in _pages(store, start, end, interval, servers).items():
-                    page()
-                    result[f"{label}_{name}_s"] = round(_best_of(page), 3)
-            finally:
-                store.close()
-            result[f"{label}_mib"] = round(
-                sum(p.stat().st_size for p in work.glob(f"{label}.sqlite*")) / 2**20, 1
-            )
-    for page_name in ("fleet_page", "server_page"):
-        for prom_label in ("prometheus", "prometheus_recorded"):
-            prom = float(str(result[f"{prom_label}_{page_name}_s"]))
-            for label in ("sqlite", "sqlite_same_interval"):
-                baseline = float(str(result[f"{label}_{page_name}_s"]))
-                result[f"{page_name}_{prom_label}_over_{label}"] = round(prom / baseline, 2)
+    started = time.perf_counter()
+    shape = prom_data.Shape(servers, BASE_SERVERS, BACKFILL_STEP_S, RATE_WINDOW_S)
+    data = prom_data.prepare(root, shape, hours=hours, until_ts=time.time())
+    result["engine_data"] = {
+        "prepare_s": round(time.perf_counter() - started, 1),
+        "backfill_step_s": BACKFILL_STEP_S,
+        "samples": data.samples,
+        "built_in_s_by_stage": data.seconds,
+        "stretches": data.stretches,
+        "prometheus_mb": round(prom_data.dir_bytes(data.prometheus_dir) / 1e6),
+        "victoria_mb": round(prom_data.dir_bytes(data.victoria_dir) / 1e6),
+    }
+    store, result["embedded_store"] = _embedded(root, servers)
+
+    run = root / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    rules = run / "rules.yml"
+    rules.write_text(
+        _recording_rules(parse_config(_engine_settings("http://127.0.0.1:9", run / "rules.sqlite")))
+    )
+    exporter = LiveExporter(LiveFleet(servers=servers, base_servers=BASE_SERVERS, window_s=INTERVAL_S))
+    engines = _start_engines(data, run, exporter, rules)
+    try:
+        _wait_scraped(exporter, list(_AGENTS.values()))
+        for backend in backends:
+            if backend == "embedded":
+                config = _embedded_config(run / "embedded.yaml", store)
+                cases = _in_child(backend, config, pages, ranges, runs, None, None, store)
+            else:
+                config = _engine_config(
+                    run / f"{backend}.yaml", engines[backend].url, run / f"{backend}-meta.sqlite"
+                )
+                live = (f"http://{exporter.netloc}", _AGENTS[backend])
+                cases = _in_child(
+                    backend, config, pages, ranges, runs, engines[backend].process.pid, live, None
+                )
+            result[backend] = cases
+    finally:
+        for engine in engines.values():
+            engine.stop()
+        exporter.stop()
+    result["summary"] = _summary(result, backends, pages, ranges)
     return result
+
+
+def _summary(
+    result: dict[str, object], backends: Sequence[str], pages: Sequence[str], ranges: Sequence[str]
+) -> dict[str, object]:
+    """Cold ratios against the embedded store (same page and range, same run) and the targets."""
+    summary: dict[str, object] = {}
+    embedded = result.get("embedded")
+    met: dict[str, bool] = {}
+    for backend in backends:
+        cases = result.get(backend)
+        if backend == "embedded" or not isinstance(cases, dict):
+            continue
+        ratios: dict[str, float] = {}
+        for page in pages:
+            for range_key in ranges:
+                case = cases.get(f"{page}_{range_key}")
+                if not isinstance(case, dict):
+                    continue
+                if isinstance(embedded, dict) and isinstance(embedded.get(f"{page}_{range_key}"), dict):
+                    baseline = float(embedded[f"{page}_{range_key}"]["cold_s"])
+                    ratios[f"{page}_{range_key}"] = round(float(case["cold_s"]) / baseline, 2)
+                if page == "fleet" and range_key != "15m":
+                    met[f"{backend}_fleet_{range_key}_cold_under_1s"] = (
+                        float(case["cold_s"]) < TARGET_FLEET_COLD_S
+                    )
+                if range_key == "15m":
+                    met[f"{backend}_{page}_live_cpu_under_0.2s"] = (
+                        float(case["live_cpu_s"]) < TARGET_LIVE_CPU_S
+                    )
+        summary[f"{backend}_cold_over_embedded"] = ratios
+        for key, ratio in ratios.items():
+            if not key.endswith("_15m"):
+                met[f"{backend}_{key}_within_2x"] = ratio <= TARGET_RATIO
+    summary["met"] = met
+    summary["all_met"] = all(met.values()) if met else False
+    return summary

@@ -91,7 +91,13 @@ def open_history(config: Config) -> History:
 
         source = PrometheusSource(config)
         prometheus = PrometheusHistory(config, source=source)
-        return History(prometheus, source, lambda named: prometheus_slo_counts(config, source, named))
+
+        def slo_counts(named: str) -> StoredSloCounts:
+            counts = prometheus_slo_counts(config, source, named)
+            prometheus.forget_with(counts.drop_caches)  # a reader's drop_caches forgets the counts too
+            return counts
+
+        return History(prometheus, source, slo_counts)
 
     from collectors.store.slo_counts import SloCountStore
     from collectors.store.sqlite_store import SqliteStore

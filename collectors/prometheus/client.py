@@ -8,22 +8,24 @@ error words; what Prometheus answered (its status, its JSON) is read here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from yarl import URL
 
 from collectors.errors import QueryError
 from collectors.http.exchange import exchange, read_body
 from collectors.http.failures import What
 from collectors.http.loop import HTTP_LOOP
+from collectors.prometheus.matrix import RangeSeries, decode_matrix
 from collectors.secrets import Redactor, safe_url, url_secrets
 from config.settings import PrometheusSettings
 
@@ -36,6 +38,29 @@ _WARNINGS_KEPT = 5  # a Thanos fan-out can send one warning per store; the first
 _SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "cookie", "password", "session")
 
 
+class QueryStats:
+    """Queries sent and answer bytes read by every client of the process, by endpoint (the benchmark's
+    "queries and bytes per render"; cheap: a lock and two additions per query)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.queries: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+
+    def count(self, endpoint: str, size: int) -> None:
+        with self._lock:
+            self.queries[endpoint] = self.queries.get(endpoint, 0) + 1
+            self.bytes[endpoint] = self.bytes.get(endpoint, 0) + size
+
+    def snapshot(self) -> tuple[int, int]:
+        """(queries, bytes) so far, every endpoint."""
+        with self._lock:
+            return sum(self.queries.values()), sum(self.bytes.values())
+
+
+QUERY_STATS = QueryStats()
+
+
 @dataclass(frozen=True, slots=True)
 class InstantSample:
     """One series of an instant-vector answer. ``value`` is None for NaN/±Inf (unknown, never zero)."""
@@ -43,16 +68,6 @@ class InstantSample:
     labels: Mapping[str, str]
     value: float | None
     ts: float
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class RangeSeries:
-    """One series of a range (matrix) answer: float64 arrays of unix seconds and values (NaN = unknown,
-    including ±Inf), as arrays because a fleet's range answer runs to millions of points."""
-
-    labels: Mapping[str, str]
-    timestamps: npt.NDArray[np.float64]
-    values: npt.NDArray[np.float64]
 
 
 def _finite(text: object) -> float | None:
@@ -122,6 +137,13 @@ class PromClient:
             bearer_token=token,
         )
 
+    @property
+    def identity(self) -> str:
+        """Who this client reads as: its URL and a digest of its headers (a tenant, a token), so answers
+        kept for one engine and credentials are never handed to another (``result_cache``)."""
+        digest = hashlib.sha256(repr(sorted(self._headers.items())).encode()).hexdigest()[:16]
+        return f"{self.url}#{digest}"
+
     def redact(self, text: str) -> str:
         """``text`` without the credentials this client sends (servers echo them in errors)."""
         return self._redact(text)
@@ -182,7 +204,22 @@ class PromClient:
             "step": f"{step_s:.3f}",
             "timeout": self._timeout_param,
         }
-        data = self._call("query_range", params, expr, warnings)
+        status, content_type, body = self._exchange("query_range", params, expr)
+        matrix = decode_matrix(body) if status < 300 else None
+        if matrix is not None and matrix.envelope.get("status") == "success":
+            # The fast read (collectors/prometheus/matrix.py): the same answer as the JSON one below.
+            data, said = self._checked(status, content_type, body, expr, matrix.envelope)
+            self._warn(said, warnings)
+            if data.get("resultType") != "matrix":
+                raise self._malformed(expr, f"expected a matrix, got resultType {data.get('resultType')!r}")
+            return [
+                RangeSeries(labels, timestamps, values)
+                for labels, timestamps, values in zip(
+                    matrix.labels, matrix.timestamps, matrix.values, strict=True
+                )
+            ]
+        data, said = self._checked(status, content_type, body, expr)
+        self._warn(said, warnings)
         result = data.get("result")
         if data.get("resultType") != "matrix" or not isinstance(result, list):
             raise self._malformed(expr, f"expected a matrix, got resultType {data.get('resultType')!r}")
@@ -198,21 +235,62 @@ class PromClient:
             raise self._malformed(expr, f"a matrix entry is malformed ({exc!r})") from exc
         return series
 
+    def series(
+        self, match: str, start_ts: float, end_ts: float, *, warnings: list[str] | None = None
+    ) -> list[dict[str, str]]:
+        """The label sets of the series ``match`` selects with samples in [start_ts, end_ts] (no values):
+        ``/api/v1/series``, which reads the index only."""
+        params = {"match[]": match, "start": f"{start_ts:.3f}", "end": f"{end_ts:.3f}"}
+        status, content_type, body = self._exchange("series", params, match)
+        payload, said = self._checked(status, content_type, body, match, key="data", want=list)
+        self._warn(said, warnings)
+        if not all(isinstance(item, dict) for item in payload):
+            raise self._malformed(match, "a series entry is not a label set")
+        return [dict(item) for item in payload]
+
     # -- transport: through the edge; Prometheus's answers are read here ------------------------------------
     def _call(
         self, endpoint: str, params: dict[str, str], expr: str, warnings: list[str] | None
     ) -> dict[str, Any]:
+        status, content_type, body = self._exchange(endpoint, params, expr)
+        data, said = self._checked(status, content_type, body, expr)
+        self._warn(said, warnings)
+        found: dict[str, Any] = data
+        return found
+
+    def _exchange(self, endpoint: str, params: dict[str, str], expr: str) -> tuple[int, str, bytes]:
+        """Status, Content-Type and body of one request (counted in ``QUERY_STATS``)."""
         try:
             status, content_type, body = HTTP_LOOP.run(self._send(endpoint, params, expr))
-            data, said = self._decode(status, content_type, body, expr)
         except QueryError as exc:
             # Every message may quote the server (its error text, a body snippet): never its credentials.
             raise QueryError(self.redact(str(exc))) from None
+        QUERY_STATS.count(endpoint, len(body))
+        return status, content_type, body
+
+    def _checked(
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        expr: str,
+        envelope: dict[str, Any] | None = None,
+        *,
+        key: str = "data",
+        want: type = dict,
+    ) -> tuple[Any, list[str]]:
+        """The answer's ``data`` and warnings, or the QueryError saying why there are none (``envelope``:
+        the answer already parsed, but for its result)."""
+        try:
+            return self._decode(status, content_type, body, expr, envelope, want=want)
+        except QueryError as exc:
+            raise QueryError(self.redact(str(exc))) from None
+
+    def _warn(self, said: list[str], warnings: list[str] | None) -> None:
         if said and warnings is not None:
             warnings.extend(self.redact(_quote(text)) for text in said[:_WARNINGS_KEPT])
             if len(said) > _WARNINGS_KEPT:
                 warnings.append(f"and {len(said) - _WARNINGS_KEPT} more warnings")
-        return data
 
     def _what(self, expr: str) -> What:
         return What(
@@ -252,12 +330,21 @@ class PromClient:
         raise AssertionError("unreachable: the GET answers")  # pragma: no cover
 
     def _decode(
-        self, status: int, content_type: str, body: bytes, expr: str
-    ) -> tuple[dict[str, Any], list[str]]:
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            payload = None
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        expr: str,
+        envelope: dict[str, Any] | None = None,
+        *,
+        want: type = dict,
+    ) -> tuple[Any, list[str]]:
+        payload: Any = envelope
+        if payload is None:
+            try:
+                payload = json.loads(body)
+            except (ValueError, UnicodeDecodeError):
+                payload = None
         if not isinstance(payload, dict):
             snippet = _quote(body[:200].decode("utf-8", "replace")) or "an empty body"
             hint = _status_hint(status) or "is prometheus.url the query API's base URL?"
@@ -265,8 +352,8 @@ class PromClient:
                 f"Prometheus at {self.safe_url} answered HTTP {status} with something that is not Prometheus "
                 f"API JSON ({content_type}: {snippet}); {hint}"
             )
-        if status < 300 and payload.get("status") == "success" and isinstance(payload.get("data"), dict):
-            data: dict[str, Any] = payload["data"]
+        if status < 300 and payload.get("status") == "success" and isinstance(payload.get("data"), want):
+            data = payload["data"]
             said = payload.get("warnings")
             # Thanos and Mimir send a list of strings; anything else still means "this answer is partial".
             if isinstance(said, list):

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
+from collectors.prometheus.matrix import RangeSeries
 from collectors.prometheus.naming import (
     TargetKey,
     by_instance,
@@ -30,23 +32,24 @@ from collectors.prometheus.naming import (
     target_names,
 )
 from collectors.prometheus.queries import SignalQueries
-from collectors.prometheus.recipe_labels import recipe_from_labels
+from collectors.prometheus.read_plan import Grid, aligned_grid, needs_labels, signals_to_query
+from collectors.prometheus.recipe_labels import RECIPE_LABELS, recipe_from_labels
+from collectors.prometheus.result_cache import RANGE_RESULTS, RangeKey
 from collectors.sample_columns import (
     SAMPLE_VALUES,
     FloatArray,
+    ObjectArray,
     SampleColumns,
     check_columns,
     columns_of_snapshots,
     empty_columns,
     objects,
-    target_codes,
 )
 from collectors.signals import BY_NAME, Expr, Inverse, Product, Ref
 from collectors.store.sqlite_store import SqliteStore
 from config.settings import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): imported where a PrometheusHistory is built
-    from collectors.prometheus.client import RangeSeries
     from collectors.prometheus.promql_source import PrometheusSource
 
 T = TypeVar("T")
@@ -55,6 +58,9 @@ log = logging.getLogger(__name__)
 _NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
+# VictoriaMetrics answers from samples at least this old by default (-search.latencyOffset): newer instants
+# of a live read may still change.
+_LATENCY_OFFSET_S = 30.0
 _MEET_EVERY_S = 60.0  # at most one source cycle a minute to meet targets a range read found first
 
 
@@ -90,8 +96,11 @@ class PrometheusHistory:
         self.interval_s = config.scrape.interval_s
         self._label_recipes: dict[str, Recipe] = {}
         self._partial: str | None = None  # the last range answer's warnings, logged once per change
+        self._droppers: list[Callable[[], None]] = []
         self._met_at = float("-inf")
         self._recipe_wait_s = max(2 * config.scrape.timeout_s, 5.0)  # /server_info reads of targets met
+        # The newest snapshots and when they were read (monotonic): every page of an interval shares them.
+        self._latest: tuple[float, list[TargetSnapshot]] | None = None
 
     # -- writes: samples already live in Prometheus ---------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot]) -> None:
@@ -136,11 +145,15 @@ class PrometheusHistory:
         return found
 
     def latest(self, since_ts: float | None = None) -> list[TargetSnapshot]:
-        """Every target now, computed with instant queries (the same as one Prometheus-source cycle)."""
-        now = self._clock()
+        """Every target now, computed with instant queries (the same as one Prometheus-source cycle); read
+        at most once per scrape interval (the Fleet table, its background look-back and every other page
+        of the interval share one cycle's snapshots)."""
         with self._lock:  # the source keeps per-target state between calls: one reader at a time
+            kept = self._latest
+            if kept is not None and time.monotonic() - kept[0] < self.interval_s:
+                return [s for s in kept[1] if since_ts is None or s.ts >= since_ts]
             met = self._source.met()
-            snapshots = self._source.collect(now)
+            snapshots = self._source.collect(self._clock())
             health = self._source.health()
         if not self._source.met() <= met:
             # New targets (a viewer's first read): their recipes, as a page shows them, and their caps.
@@ -153,6 +166,8 @@ class PrometheusHistory:
             raise PrometheusHistoryError(health.error or f"Prometheus at {health.url} cannot answer")
         if not snapshots:
             self._check_reachable()
+        with self._lock:
+            self._latest = (time.monotonic(), snapshots)
         return [s for s in snapshots if since_ts is None or s.ts >= since_ts]
 
     def latest_columns(self, since_ts: float | None = None) -> SampleColumns:
@@ -179,40 +194,76 @@ class PrometheusHistory:
         """Samples in [start_ts, end_ts] on a regular grid of at most ``max_points`` per target, with the
         ``values`` and ``texts`` asked for (as ``SqliteStore.read_columns``). When the grid is coarser than
         the scrape interval each point is the step's average (``avg_over_time``, rates over the step), like
-        the SQLite store's bucket means. ``live`` changes nothing yet: every read is its own range queries.
-        """
+        the SQLite store's bucket means.
+
+        Only what the columns need is queried (``read_plan``): the signals asked for and those their
+        plain-decoding rules recompute them from, ``up``, the scrape duration when asked, and the recipe
+        labels when a text or a plain-decoding rule needs them. Answers are shared between readers for about
+        a scrape interval (``result_cache``); a ``live`` read queries only the instants newer than its last
+        answer's final ones."""
         check_columns(values, texts)
-        del live
         if targets is not None and not targets:
             return empty_columns(values, texts)
-        step_s, queries = self._grid(start_ts, end_ts, max_points, targets)
-        exprs = dict(queries.signals())
-        exprs.update(up=queries.up(), scrape_duration_s=queries.scrape_duration_s())
-        exprs["__labels"] = queries.labelled()
-        answers = self._range_all(exprs, start_ts, end_ts, step_s)
+        grid, queries = self._grid(start_ts, end_ts, max_points, targets)
+        every = queries.signals()
+        exprs = {name: every[name] for name in signals_to_query(values) if name in every}
+        exprs["up"] = queries.up()
+        if "scrape_duration_s" in values:
+            exprs["scrape_duration_s"] = queries.scrape_duration_s()
+        said: list[str] = []  # the engine's warnings about this read (a partial answer), said once per change
+        answers = self._range_all(exprs, grid, said, live=live)
+        if needs_labels(values, texts):
+            answers["__labels"] = self._label_series(queries, grid, said, live=live)
+        self._note_partial(said)
         return self._columns(answers, targets, values, texts)
 
     def drop_caches(self) -> None:
-        """Nothing is kept between reads (each is its own range queries)."""
+        """Forget the answers kept for this engine (``result_cache``) and what else read through it kept
+        (``forget_with``), as a restarted process would."""
+        RANGE_RESULTS.drop(self._source.client.identity)
+        with self._lock:
+            self._latest = None
+            droppers = list(self._droppers)
+        for drop in droppers:
+            drop()
+
+    def forget_with(self, drop: Callable[[], None]) -> None:
+        """Call ``drop`` too when this history's caches are dropped (the SLO counts read beside it)."""
+        with self._lock:
+            self._droppers.append(drop)
 
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
     ) -> list[Event]:
-        """up/down transitions and restarts from Prometheus; alert/config/recipe events from SQLite."""
+        """up/down transitions and restarts from Prometheus; alert/config/recipe events from SQLite.
+
+        Two sparse queries first (the steps where a target was down, the steps with a counter reset): most of
+        a fleet has neither, so only the targets that were ever down have their ``up`` read step by step."""
         if targets is not None and not targets:
             return []
-        step_s, _ = self._grid(start_ts, end_ts, 2000, targets)
-        queries = SignalQueries(self._source.queries.selector, step_s, step_s, narrow=self._narrow(targets))
+        grid, queries = self._grid(start_ts, end_ts, 2000, targets)
+        said: list[str] = []
+        # Counter resets over each step and one scrape before it: every pair of consecutive samples falls in
+        # one window, so a restart is one event (a rate-window-long window counted it in every step it
+        # spans, and read each sample that many times).
+        resets = replace(queries, rate_window_s=grid.step_s + self.interval_s, gauge_window_s=None)
         answers = self._range_all(
-            {"up": queries.up(), "resets": queries.restarts()}, start_ts, end_ts, step_s
+            {"down": f"({queries.up()}) == 0", "resets": f"({resets.restarts()}) > 0"}, grid, said
         )
+        down = sorted({TargetKey.of(s.labels).instance for s in answers["down"]})
+        if down:
+            narrowed = self._queries(grid.step_s, down, instances=True)
+            answers["up"] = self._range_all({"up": narrowed.up()}, grid, said)["up"]
+        else:
+            answers["up"] = []
+        self._note_partial(said)
         names = self._names_of(answers)
         events: list[Event] = []
         for series in answers["up"]:
             name = names(series)
             known = ~np.isnan(series.values)
             times, values = series.timestamps[known].tolist(), series.values[known].tolist()
-            if times and values[0] == 0 and times[0] > start_ts + step_s:
+            if times and values[0] == 0 and times[0] > grid.first_ts + grid.step_s:
                 # First seen within the range, and down: the collector's first sight of it is a down event.
                 events.append(Event(times[0], name, "down", _DOWN_ERROR))
             for previous, ts, value in zip(values, times[1:], values[1:], strict=False):
@@ -244,47 +295,103 @@ class PrometheusHistory:
     def _check_reachable(self) -> None:
         self._guard(lambda: self._source.client.query("vector(1)", at=self._clock()))
 
-    def _narrow(self, targets: Sequence[str] | None) -> str:
-        """Matchers narrowing the fleet to the instances of ``targets`` (a Server page reads one)."""
-        if targets is None:
+    def _narrow(self, names: Sequence[str] | None, *, instances: bool = False) -> str:
+        """Matchers narrowing the fleet to the instances of ``names`` (target names, or instances)."""
+        if names is None:
             return ""
-        return instances_matcher(self._instance_of(name) for name in targets)
+        found = sorted(set(names) if instances else {self._instance_of(name) for name in names})
+        return instances_matcher(found)
 
     def _instance_of(self, name: str) -> str:
         return instance_of_name(name, self.config.targets)
 
-    def _grid(
-        self, start_ts: float, end_ts: float, max_points: int, targets: Sequence[str] | None
-    ) -> tuple[float, SignalQueries]:
-        step_s = max((end_ts - start_ts) / max(max_points - 1, 1), self.interval_s)
+    def _queries(
+        self, step_s: float, names: Sequence[str] | None, *, instances: bool = False
+    ) -> SignalQueries:
         # Finer than the scrape interval there is nothing to average: plain gauges, the source's rate window.
         gauge_window = step_s if step_s > self.interval_s * 1.5 else None
         base = self._source.queries
         recorded = self.config.prometheus is not None and self.config.prometheus.use_recording_rules
+        narrow = self._narrow(names, instances=instances)
         # The source's queries (selector, rate window, the GPU join, the price) at the read's grid.
-        return step_s, replace(
-            base, gauge_window_s=gauge_window, narrow=self._narrow(targets), recorded=recorded
-        )
+        return replace(base, gauge_window_s=gauge_window, narrow=narrow, recorded=recorded)
+
+    def _grid(
+        self, start_ts: float, end_ts: float, max_points: int, targets: Sequence[str] | None
+    ) -> tuple[Grid, SignalQueries]:
+        grid = aligned_grid(start_ts, end_ts, max_points, self.interval_s)
+        return grid, self._queries(grid.step_s, targets)
+
+    def _label_series(
+        self, queries: SignalQueries, grid: Grid, said: list[str], *, live: bool
+    ) -> list[RangeSeries]:
+        """The recipe labels over the grid, as series of the running gauge: its label sets from the index
+        (``/api/v1/series``, no samples read), each spread over the grid; only targets with more than one
+        label set in the range (a restart onto another recipe) have the gauge read step by step, to know
+        which set held when."""
+        try:
+            sets = self._source.client.series(
+                queries.labelled(), grid.first_ts - self.interval_s, grid.last_ts, warnings=said
+            )
+        except QueryError:  # no series API here (a proxy in front of the query API): read the gauge itself
+            return self._range_all({"labels": queries.labelled()}, grid, said, live=live)["labels"]
+        by_key: dict[TargetKey, list[dict[str, str]]] = {}
+        for labels in sets:
+            found = by_key.setdefault(TargetKey.of(labels), [])
+            if labels not in found:
+                found.append(labels)
+        instants = np.arange(grid.points, dtype=np.float64) * grid.step_s + grid.first_ts
+        out = [
+            RangeSeries(found[0], instants, np.ones(len(instants)))
+            for found in by_key.values()
+            if len(found) == 1
+        ]
+        changed = sorted(key.instance for key, found in by_key.items() if len(found) > 1)
+        if changed:
+            narrowed = self._queries(grid.step_s, changed, instances=True)
+            out += self._range_all({"labels": narrowed.labelled()}, grid, said, live=live)["labels"]
+        return out
 
     def _range_all(
-        self, exprs: dict[str, str], start_ts: float, end_ts: float, step_s: float
+        self, exprs: dict[str, str], grid: Grid, said: list[str], *, live: bool = False
     ) -> dict[str, list[RangeSeries]]:
-        """Every range query of a read, sent concurrently: the one way history reads reach Prometheus (the
-        place for aligned steps and results shared between reads)."""
+        """Every range query of a read, sent concurrently (at most the pool's threads at once) through the
+        process's shared answers (``result_cache``): the one way history reads reach Prometheus. Warnings of
+        partial answers go to ``said`` (list.append is atomic: the pool's threads share it)."""
         client = self._source.client
-        said: list[str] = []  # list.append is atomic: the pool's threads share it
-        futures = {
-            name: self._pool.submit(client.query_range, expr, start_ts, end_ts, step_s, warnings=said)
-            for name, expr in exprs.items()
-        }
-        answers = {name: self._guard(future.result) for name, future in futures.items()}
+        ttl_s = max(self.interval_s, 1.0)
+        # A live read's instants older than this are final: scraped (an interval), recorded (another), a third
+        # for a slow scrape, and past VictoriaMetrics' latency offset.
+        final_before = self._clock() - 3 * self.interval_s - _LATENCY_OFFSET_S if live else None
+
+        def read(expr: str) -> list[RangeSeries]:
+            key = RangeKey(client.identity, expr, grid.step_s)
+
+            def fetch(first_ts: float, last_ts: float, warnings: list[str]) -> list[RangeSeries]:
+                return client.query_range(expr, first_ts, last_ts, grid.step_s, warnings=warnings)
+
+            return RANGE_RESULTS.read(
+                key,
+                grid.first_ts,
+                grid.last_ts,
+                fetch,
+                ttl_s=ttl_s,
+                final_before=final_before,
+                warnings=said,
+            )
+
+        futures = {name: self._pool.submit(read, expr) for name, expr in exprs.items()}
+        return {name: self._guard(future.result) for name, future in futures.items()}
+
+    def _note_partial(self, said: list[str]) -> None:
         # A partial range answer still draws (its gaps are NaN: unknown, never 0); say so once per change.
         partial = "; ".join(dict.fromkeys(said)) or None
         if partial != self._partial:
             self._partial = partial
             if partial is not None:
-                log.warning("history from Prometheus at %s is partial: %s", client.safe_url, partial)
-        return answers
+                log.warning(
+                    "history from Prometheus at %s is partial: %s", self._source.client.safe_url, partial
+                )
 
     def _names_of(self, answers: dict[str, list[RangeSeries]]) -> Callable[[RangeSeries], str]:
         """Target name of a series: as the Prometheus source names it (configured name, else instance)."""
@@ -299,70 +406,49 @@ class PrometheusHistory:
         values: Sequence[str],
         texts: Sequence[str],
     ) -> SampleColumns:
+        """The answers as sample columns: one row per target and grid instant with any value, targets in name
+        order. Built in numpy (one assignment per series, not per point: 1,000 targets × 150 points × a few
+        signals are a few thousand series but a million points)."""
         names = self._names_of(answers)
-        all_ts = [s.timestamps for series in answers.values() for s in series]
-        if not any(len(a) for a in all_ts):
+        # Most series share their timestamps: the grid is the union of the distinct arrays.
+        distinct = {s.timestamps.tobytes(): s.timestamps for found in answers.values() for s in found}
+        stamps = [ts for ts in distinct.values() if len(ts)]
+        if not stamps:
             return empty_columns(values, texts)
-        self._meet({names(s) for series in answers.values() for s in series})
-        grid = np.unique(np.concatenate(all_ts))
-        blocks: dict[str, np.ndarray] = {}
-        recipe_ids: dict[str, list[str | None]] = {}
-        spec_known: dict[str, bool] = {}  # recipe_id -> whether it says if speculative decoding is on
-        deployments: dict[str, str] = {}
-        for column, series_list in answers.items():
-            for series in series_list:
-                name = names(series)
-                index = np.searchsorted(grid, series.timestamps)
-                if column == "__labels":
-                    recipe = recipe_from_labels(series.labels)
-                    if recipe is not None:
-                        recipe_id = recipe.recipe_id  # a hash: once per series, not per point
-                        self._label_recipes.setdefault(recipe_id, recipe)
-                        spec_known[recipe_id] = "speculative_algorithm" in series.labels
-                        ids = recipe_ids.setdefault(name, [None] * len(grid))
-                        for i in index.tolist():
-                            ids[i] = recipe_id
-                    deployments.setdefault(name, series.labels.get("deployment", ""))
-                    continue
-                block = blocks.get(name)
-                if block is None:
-                    block = blocks[name] = np.full((len(grid), len(_NUMERIC)), np.nan)
-                block[index, _NUMERIC.index(column)] = series.values
+        self._meet({names(s) for found in answers.values() for s in found})
+        grid = np.unique(np.concatenate(stamps))
+        columns = [column for column in answers if column != "__labels"]
+        slot = {column: i for i, column in enumerate(columns)}
+        numeric = [(names(s), slot[column], s) for column in columns for s in answers[column]]
         wanted = set(targets) if targets is not None else None
-        target: list[str] = []
-        stamps: list[FloatArray] = []
-        rows: list[np.ndarray] = []
-        recipe_of: list[str | None] = []
-        deployment_of: list[str] = []
-        for name in sorted(blocks):
-            if wanted is not None and name not in wanted:
-                continue
-            block = blocks[name]
-            has_data = ~np.all(np.isnan(block), axis=1)
-            count = int(has_data.sum())
-            target += [name] * count
-            stamps.append(grid[has_data])
-            rows.append(block[has_data])
-            # /server_info's recipe (as the source prefers it) when it was read; else the labels' per row,
-            # which follow recipe changes over time.
-            from_info = self._source.server_info_recipe(name)
-            if from_info is not None:
-                recipe_of += [from_info.recipe_id] * count
-                spec_known[from_info.recipe_id] = True
-                self._label_recipes.setdefault(from_info.recipe_id, from_info)
-            else:
-                ids = recipe_ids.get(name, [None] * len(grid))
-                recipe_of += [ids[i] for i in np.flatnonzero(has_data).tolist()]
-            deployment_of += [self._deployment(name, deployments.get(name, ""))] * count
-        if not target:
+        ordered = sorted({name for name, _, _ in numeric if wanted is None or name in wanted})
+        if not ordered:
             return empty_columns(values, texts)
-        numeric = np.concatenate(rows)
-        found = {name: numeric[:, i].copy() for i, name in enumerate(_NUMERIC)}
-        signals = numeric[:, 2:]
+        code_of = {name: code for code, name in enumerate(ordered)}
+        block = np.full((len(ordered), len(grid), len(columns)), np.nan)
+        at = _Instants(grid)
+        for name, column, series in numeric:
+            code = code_of.get(name)
+            if code is not None:
+                block[code, at(series.timestamps), column] = series.values
+        has_data = ~np.all(np.isnan(block), axis=2)
+        row_target, row_step = np.nonzero(has_data)  # target by target, then in time order
+        rows = block[row_target, row_step]
+        del block
+        recipe_of, spec_known, deployment_of = self._row_texts(
+            answers, names, code_of, at, row_target, row_step
+        )
+        count = len(row_target)
+        found = {
+            name: rows[:, slot[name]].copy() if name in slot else np.full(count, np.nan) for name in _NUMERIC
+        }
         # No `up` series (selector without target labels): a row with signals means Prometheus scraped it.
+        signal_slots = [slot[name] for name in slot if name not in ("up", "scrape_duration_s")]
+        scraped = (
+            (~np.all(np.isnan(rows[:, signal_slots]), axis=1)) if signal_slots else np.zeros(count, bool)
+        )
         up_or_nan = found.pop("up")
-        scraped = (~np.all(np.isnan(signals), axis=1)).astype(np.float64)
-        up = np.where(np.isnan(up_or_nan), scraped, up_or_nan) >= 1
+        up = np.where(np.isnan(up_or_nan), scraped.astype(np.float64), up_or_nan) >= 1
         # A step Prometheus could not scrape has no signals, as a down snapshot (VictoriaMetrics would
         # otherwise repeat the last values: it writes no staleness markers for failed scrapes).
         for name in SIGNAL_NAMES:
@@ -374,19 +460,19 @@ class PrometheusHistory:
             for recipe_id, known in spec_known.items()
             if known and recipe_id in recipes and spec_enabled(recipes[recipe_id]) is False
         }
-        _plain_decoding(found, np.array([r in plain_ids for r in recipe_of], dtype=bool) & up)
-        names_column = objects(target)
-        text_of = {
-            "error": objects([None if is_up else _DOWN_ERROR for is_up in up.tolist()]),
-            "recipe_id": objects(recipe_of),
-            "deployment": objects(deployment_of),
-        }
+        if plain_ids:
+            plain = pd.Series(recipe_of).isin(plain_ids).to_numpy()
+            _plain_decoding(found, plain & up)
+        errors = np.full(count, None, dtype=object)
+        errors[~up] = _DOWN_ERROR
+        names_column = objects(ordered)[row_target]
+        text_of = {"error": errors, "recipe_id": recipe_of, "deployment": deployment_of}
         return SampleColumns(
             names_column,
-            target_codes(names_column),
-            np.concatenate(stamps),
+            row_target.astype(np.int64),
+            grid[row_step],
             up.astype(np.float64),
-            np.ones(len(target), np.float64),
+            np.ones(count, np.float64),
             {name: found[name] for name in values},
             {name: text_of[name] for name in texts},
         )
@@ -405,11 +491,61 @@ class PrometheusHistory:
         # Rows are labelled once, so their /server_info answers are worth the wait a cycle does not make.
         self._source.settle_recipes(self._recipe_wait_s)
 
-    def _deployment(self, name: str, label: str) -> str:
-        for target in self.config.targets:
-            if target.name == name and target.deployment:
-                return target.deployment
-        return label
+    def _row_texts(
+        self,
+        answers: dict[str, list[RangeSeries]],
+        names: Callable[[RangeSeries], str],
+        code_of: dict[str, int],
+        at: _Instants,
+        row_target: npt.NDArray[np.intp],
+        row_step: npt.NDArray[np.intp],
+    ) -> tuple[ObjectArray, dict[str, bool], ObjectArray]:
+        """Each row's recipe id and deployment, and whether each recipe says if speculative decoding is on:
+        /server_info's recipe (as the source prefers it) when it was read, else the labels' at each instant,
+        which follow recipe changes over time."""
+        ids = np.full((len(code_of), len(at.grid)), None, dtype=object)
+        spec_known: dict[str, bool] = {}  # recipe_id -> whether it says if speculative decoding is on
+        deployments: dict[str, str] = {}
+        parsed: dict[tuple[tuple[str, str], ...], Recipe | None] = {}  # label sets repeat: parse each once
+        for series in answers.get("__labels", []):
+            name = names(series)
+            deployments.setdefault(name, series.labels.get("deployment", ""))
+            key = tuple(sorted((k, v) for k, v in series.labels.items() if k in RECIPE_LABELS))
+            if key not in parsed:
+                parsed[key] = recipe_from_labels(series.labels)
+            recipe = parsed[key]
+            code = code_of.get(name)
+            if recipe is None or code is None:
+                continue
+            self._label_recipes.setdefault(recipe.recipe_id, recipe)
+            spec_known[recipe.recipe_id] = "speculative_algorithm" in series.labels
+            ids[code, at(series.timestamps)] = recipe.recipe_id
+        for name, recipe in self._source.server_info_recipes().items():
+            code = code_of.get(name)
+            if code is not None:
+                ids[code, :] = recipe.recipe_id
+                spec_known[recipe.recipe_id] = True
+                self._label_recipes.setdefault(recipe.recipe_id, recipe)
+        configured = {t.name: t.deployment for t in self.config.targets if t.deployment}
+        per_target = objects([configured.get(name) or deployments.get(name, "") for name in code_of])
+        return ids[row_target, row_step], spec_known, per_target[row_target]
+
+
+class _Instants:
+    """Where a series' timestamps sit on the grid: series mostly share their timestamps, so each distinct
+    array is looked up once (the whole grid: a slice)."""
+
+    def __init__(self, grid: FloatArray) -> None:
+        self.grid = grid
+        self._found: dict[bytes, npt.NDArray[np.intp] | slice] = {}
+
+    def __call__(self, timestamps: FloatArray) -> npt.NDArray[np.intp] | slice:
+        key = timestamps.tobytes()
+        found = self._found.get(key)
+        if found is None:
+            whole = len(timestamps) == len(self.grid) and np.array_equal(timestamps, self.grid)
+            found = self._found[key] = slice(None) if whole else np.searchsorted(self.grid, timestamps)
+        return found
 
 
 def _plain_decoding(values: dict[str, FloatArray], rows: npt.NDArray[np.bool_]) -> None:

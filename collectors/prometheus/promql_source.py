@@ -184,6 +184,16 @@ class PrometheusSource:
                 return self._book.server_info(key)
         return None
 
+    def server_info_recipes(self) -> dict[str, Recipe]:
+        """Target name → the recipe its /server_info gave, for every target whose /server_info answered
+        (one pass: a history read of 1,000 targets asks for all of them at once)."""
+        found: dict[str, Recipe] = {}
+        for key, name in list(self._names.items()):
+            recipe = self._book.server_info(key)
+            if recipe is not None:
+                found.setdefault(name, recipe)
+        return found
+
     def _target(self, key: TargetKey) -> Target:
         """The configured target of this instance, or one made up from it (for /server_info)."""
         configured = self._by_netloc.get(key.instance)

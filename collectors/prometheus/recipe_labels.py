@@ -4,6 +4,7 @@ parsing, shared by the live source's recipe book, the history reader and the Gra
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from collectors.model import RECIPE_FLAGS, FlagValue, Recipe
@@ -30,12 +31,25 @@ def coerce_label(text: str) -> FlagValue:
     return text
 
 
+# Every label a recipe is read from.
+RECIPE_LABELS: frozenset[str] = frozenset(
+    label for flag in RECIPE_FLAGS for label in LABEL_ALIASES.get(flag, (flag,))
+)
+
+
 def recipe_from_labels(labels: Mapping[str, str]) -> Recipe | None:
     """A recipe from flags given as labels (``--extra-metric-labels``), plus ``model_name``.
 
     None unless at least one flag besides the model is given: a model alone is not a recipe, and a recipe
-    with every flag unknown would read as "all defaults".
+    with every flag unknown would read as "all defaults". Parsed once per distinct set of recipe labels
+    (a fleet's targets share a few recipes; every cycle asks for each target's).
     """
+    return _recipe_of(tuple(sorted((k, v) for k, v in labels.items() if k in RECIPE_LABELS)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _recipe_of(items: tuple[tuple[str, str], ...]) -> Recipe | None:
+    labels = dict(items)
     flags: dict[str, FlagValue] = {}
     for flag in RECIPE_FLAGS:
         for label in LABEL_ALIASES.get(flag, (flag,)):

@@ -12,16 +12,25 @@ Where this cannot say what the direct source's ledger says: ``increase()`` extra
 restart can be a request or two off; how much of the period Prometheus holds is asked of it (the oldest sample
 of the SLI's series within the period: to the hour, to the scrape within the last two hours); and a window of
 an hour or more is re-read at most once a minute (``LONG_WINDOW_REUSE_S``).
+
+Speed: one report asks for a dozen windows within a second or two; they share one evaluation instant
+(``_AT_STEP_S``), and the first miss of an instant asks for the SLO's own windows (period, page and ticket
+windows) at once, concurrently. With ``prometheus.use_recording_rules`` the windows the SLO recording rules
+record are read from them (each scope's recorded total and error ratio; scopes then come from the series'
+labels only, as the rules group them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from collectors.prometheus import slo_rules
 from collectors.prometheus.naming import TargetKey, by_instance, instances_matcher
 from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.prometheus.slo_rules import ScopeShape, SloQueries, window_name
@@ -29,7 +38,7 @@ from collectors.slo import EventCounts, Scope, Slo, build_slos
 from config import Config
 
 if TYPE_CHECKING:  # the Prometheus client sends HTTP (requests): a viewer of a SQLite store never loads it
-    from collectors.prometheus.client import PromClient
+    from collectors.prometheus.client import InstantSample, PromClient
     from collectors.prometheus.promql_source import PrometheusSource
 
 MINUTE_S = 60.0
@@ -39,6 +48,9 @@ MINUTE_S = 60.0
 LONG_WINDOW_S = 3600.0
 LONG_WINDOW_REUSE_S = 60.0
 _YOUNG_S = 7200.0  # younger than this, how much of the period Prometheus holds is asked to the minute
+_AT_STEP_S = 10.0  # one report's window counts share the instant its first count was asked at
+_RECORDED_LOOKBACK = "10m"  # twice the period rules' evaluation interval (slo_rules.PERIOD_INTERVAL_S)
+_NOT_SCOPE = frozenset({"__name__", *slo_rules.SLOTH_LABELS})
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
 
 # Per target over one window: the scopes it counts in and its events.
@@ -47,6 +59,19 @@ _Targets = dict[TargetKey, tuple[tuple[Scope, ...], EventCounts]]
 
 def _no_labels(_key: TargetKey) -> Mapping[str, str]:
     return {}
+
+
+def _scope_key(labels: Mapping[str, str]) -> str:
+    """The scope a recorded series stands for: its labels but the name and Sloth's."""
+    return Scope(tuple(sorted((k, v) for k, v in labels.items() if k not in _NOT_SCOPE))).key
+
+
+def _own_windows(slo: Slo) -> set[float]:
+    """The windows an SLO's report always asks for: its period and its alert conditions' windows."""
+    windows = {slo.window_s}
+    for condition in (*slo.page, *slo.ticket):
+        windows |= {condition.long_s, condition.short_s}
+    return windows
 
 
 class PrometheusSloCounts:
@@ -64,8 +89,10 @@ class PrometheusSloCounts:
         labels: Callable[[TargetKey], Mapping[str, str]] = _no_labels,
         scrape_interval_s: float = 60.0,
         clock: Callable[[], float] = time.time,
+        recorded: bool = False,
     ) -> None:
         self._slos = {slo.name: slo for slo in slos}
+        self._recorded = recorded  # read the SLO recording rules' series where they exist
         self._client = client
         self._queries = queries
         self._names = names
@@ -73,35 +100,96 @@ class PrometheusSloCounts:
         self._young_every = window_name(max(round(scrape_interval_s), 1))
         self._clock = clock
         self._cache: dict[tuple[str, int], tuple[float, _Targets]] = {}
+        self._recordings: dict[tuple[str, int, float], dict[str, EventCounts]] = {}
+        self._prefetched: set[tuple[str, float]] = set()
+        self._at: float | None = None  # the instant the current report reads at
+        self._first: dict[tuple[str, str, float], int | None] = {}
+        self._lock = threading.Lock()
+        # The queries of one report go out together (a dozen windows, bad and total).
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="specwatch-slo")
+
+    def drop_caches(self) -> None:
+        """Forget every count read, as a restarted process would."""
+        with self._lock:
+            self._cache.clear()
+            self._recordings.clear()
+            self._prefetched.clear()
+            self._first.clear()
+            self._at = None
 
     def close(self) -> None:
-        """Nothing to close: the client is the Prometheus source's, closed with it."""
+        """The query threads go; the client is the Prometheus source's, closed with it."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _instant(self, at: float) -> float:
+        """``at``, or the instant last evaluated when that is less than ``_AT_STEP_S`` earlier (never later
+        than asked): every window of one report sees the same instant and its cached answers."""
+        with self._lock:
+            if self._at is not None and 0.0 <= at - self._at < _AT_STEP_S:
+                return self._at
+            self._at = at
+            return at
+
+    @staticmethod
+    def _key(slo: Slo, window_s: float) -> tuple[str, int]:
+        long = window_s >= LONG_WINDOW_S
+        return (slo.name, round(window_s / MINUTE_S) if long else -round(window_s))
+
+    def _fresh(self, slo: Slo, window_s: float, at: float) -> _Targets | None:
+        cached = self._cache.get(self._key(slo, window_s))
+        reuse_s = LONG_WINDOW_REUSE_S if window_s >= LONG_WINDOW_S else 0.5
+        # An empty answer is asked again (a Prometheus that has not scraped the fleet yet).
+        if cached is not None and cached[1] and 0.0 <= at - cached[0] <= reuse_s:
+            return cached[1]
+        return None
 
     def _targets(self, slo: Slo, window_s: float, at: float) -> _Targets:
-        """Every target's scopes and events over ``window_s`` ending at ``at`` (two queries)."""
-        long = window_s >= LONG_WINDOW_S
-        key = (slo.name, round(window_s / MINUTE_S) if long else -round(window_s))
-        cached = self._cache.get(key)
-        # An empty answer is asked again (a Prometheus that has not scraped the fleet yet).
-        if (
-            cached is not None
-            and cached[1]
-            and 0.0 <= at - cached[0] <= (LONG_WINDOW_REUSE_S if long else 0.5)
-        ):
-            return cached[1]
+        """Every target's scopes and events over ``window_s`` ending at ``at`` (two queries a window; the
+        first miss of an instant asks for the SLO's own windows too, all at once)."""
+        with self._lock:
+            found = self._fresh(slo, window_s, at)
+            if found is not None:
+                return found
+            windows = {window_s}
+            if (slo.name, at) not in self._prefetched:
+                self._prefetched.add((slo.name, at))
+                windows |= {w for w in _own_windows(slo) if self._fresh(slo, w, at) is None}
         # The match and deployment labels are read per target, not matched in PromQL: a configured target's
         # labels may give them where its series have none.
         keys = tuple(sorted({name for name, _ in slo.match} | {"deployment"}))
-        bad_expr, total_expr = SloQueries(self._queries).per_target(
-            dataclasses.replace(slo, match=()), ScopeShape(keys), window_s
-        )
+        queries = SloQueries(self._queries)
+        jobs = {
+            window: tuple(
+                self._pool.submit(self._client.query, expr, at=at)
+                for expr in queries.per_target(dataclasses.replace(slo, match=()), ScopeShape(keys), window)
+            )
+            for window in windows
+        }
+        for window, (bad_job, total_job) in jobs.items():
+            out = self._by_target(slo, keys, bad_job.result(), total_job.result())
+            with self._lock:
+                if len(self._cache) > 256:
+                    self._cache.clear()
+                    self._prefetched.clear()
+                self._cache[self._key(slo, window)] = (at, out)
+        with self._lock:
+            return self._cache[self._key(slo, window_s)][1]
+
+    def _by_target(
+        self,
+        slo: Slo,
+        keys: tuple[str, ...],
+        bad_samples: Sequence[InstantSample],
+        total_samples: Sequence[InstantSample],
+    ) -> _Targets:
+        """Per target: the scopes its series' and configured labels give it, and its events."""
         bads: dict[TargetKey, float] = {}
-        for sample in self._client.query(bad_expr, at=at):
+        for sample in bad_samples:
             target = TargetKey.of(sample.labels)
             bads[target] = bads.get(target, 0.0) + max(sample.value or 0.0, 0.0)
         totals: dict[TargetKey, float] = {}
         series_labels: dict[TargetKey, dict[str, str]] = {}
-        for sample in self._client.query(total_expr, at=at):
+        for sample in total_samples:
             target = TargetKey.of(sample.labels)
             totals[target] = totals.get(target, 0.0) + (sample.value or 0.0)
             found = series_labels.setdefault(target, {})
@@ -111,12 +199,50 @@ class PrometheusSloCounts:
             scopes = slo.scopes({**series_labels[target], **self._labels(target)})
             if total > 0 and scopes:
                 out[target] = (scopes, EventCounts(total - min(bads.get(target, 0.0), total), total))
-        if len(self._cache) > 256:
-            self._cache.clear()
-        self._cache[key] = (at, out)
+        return out
+
+    def _from_recordings(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts] | None:
+        """Each scope's events over ``window_s`` from the SLO recording rules (``export rules``): the
+        recorded total and error ratio, the newest evaluation within ``_RECORDED_LOOKBACK`` (the period's
+        rules run every 5 minutes). None when the window is not recorded or the rules are not loaded."""
+        window = round(window_s)
+        if window not in {round(w) for w in (*slo_rules.windows_s(slo), slo.window_s)}:
+            return None
+        key = (slo.name, window, at)
+        with self._lock:
+            if key in self._recordings:
+                return self._recordings[key]
+        selector = slo_rules.selector(slo)
+        total_job, ratio_job = (
+            self._pool.submit(
+                self._client.query,
+                f"last_over_time({name}{window_name(window)}{selector}[{_RECORDED_LOOKBACK}])",
+                at=at,
+            )
+            for name in ("slo:sli_total:increase", "slo:sli_error:ratio_rate")
+        )
+        totals, ratios = total_job.result(), {_scope_key(s.labels): s.value for s in ratio_job.result()}
+        if not totals:
+            return None
+        out: dict[str, EventCounts] = {}
+        for sample in totals:
+            total, scope = sample.value, _scope_key(sample.labels)
+            if total is None or total <= 0:
+                continue
+            bad = min(max((ratios.get(scope) or 0.0) * total, 0.0), total)
+            out[scope] = EventCounts(total - bad, total)
+        with self._lock:
+            if len(self._recordings) > 256:
+                self._recordings.clear()
+            self._recordings[key] = out
         return out
 
     def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
+        at = self._instant(at)
+        if self._recorded:
+            recorded = self._from_recordings(slo, window_s, at)
+            if recorded is not None:
+                return recorded
         out: dict[str, EventCounts] = {}
         for scopes, counts in self._targets(slo, window_s, at).values():
             for scope in scopes:
@@ -158,7 +284,20 @@ class PrometheusSloCounts:
         found = self._slos.get(slo)
         if found is None:
             return None
+        # Asked at an hour's resolution: the answer holds for a minute (a period-long subquery per scope).
         now = self._clock()
+        key = (slo, scope, math.floor(now / MINUTE_S))
+        with self._lock:
+            if key in self._first:
+                return self._first[key]
+        minute = self._oldest_minute(found, scope, now)
+        with self._lock:
+            if len(self._first) > 256:
+                self._first.clear()
+            self._first[key] = minute
+        return minute
+
+    def _oldest_minute(self, found: Slo, scope: str, now: float) -> int | None:
         members = self._members(found, scope, found.window_s, now)
         if members == []:
             return None
@@ -248,4 +387,5 @@ def prometheus_slo_counts(
         names=name_of,
         labels=labels_of,
         scrape_interval_s=config.scrape.interval_s,
+        recorded=config.prometheus is not None and config.prometheus.use_recording_rules,
     )

@@ -200,10 +200,6 @@ def windows_s(slo: Slo) -> tuple[float, ...]:
     return tuple(sorted(w for w in found if w < slo.window_s))
 
 
-def long_windows_s(slo: Slo) -> tuple[float, ...]:
-    return tuple(sorted({c.long_s for c in (*slo.page, *slo.ticket)}))
-
-
 def _labels(slo: Slo, window: str | None = None) -> dict[str, str]:
     out = {"sloth_id": sloth_id(slo), "sloth_service": SLOTH_SERVICE, "sloth_slo": slo.name}
     if window is not None:
@@ -223,13 +219,15 @@ def recording_groups(slo: Slo, queries: SignalQueries, *, interval_s: float) -> 
         }
         for seconds in windows_s(slo)
     ]
+    # Every window's events too, not only the conditions' long windows: with the ratios they are a report's
+    # counts (``slo_counts`` reads them with use_recording_rules instead of increase() over raw series).
     rules += [
         {
             "record": f"slo:sli_total:increase{window_name(seconds)}",
             "expr": _every_scope(slo, functools.partial(q.total, slo, window_s=seconds)),
             "labels": _labels(slo, window_name(seconds)),
         }
-        for seconds in long_windows_s(slo)
+        for seconds in windows_s(slo)
     ]
     on = "on (sloth_id, sloth_service, sloth_slo) group_left"
     rules += [
@@ -261,7 +259,12 @@ def recording_groups(slo: Slo, queries: SignalQueries, *, interval_s: float) -> 
             "record": f"slo:sli_error:ratio_rate{period}",
             "expr": _every_scope(slo, functools.partial(q.error_ratio, slo, window_s=slo.window_s)),
             "labels": _labels(slo, period),
-        }
+        },
+        {
+            "record": f"slo:sli_total:increase{period}",
+            "expr": _every_scope(slo, functools.partial(q.total, slo, window_s=slo.window_s)),
+            "labels": _labels(slo, period),
+        },
     ]
     period_rules += [
         {
@@ -321,7 +324,7 @@ def recorded_names(slos: Sequence[Slo]) -> set[str]:
     }
     for slo in slos:
         out |= {f"slo:sli_error:ratio_rate{window_name(w)}" for w in (*windows_s(slo), slo.window_s)}
-        out |= {f"slo:sli_total:increase{window_name(w)}" for w in long_windows_s(slo)}
+        out |= {f"slo:sli_total:increase{window_name(w)}" for w in (*windows_s(slo), slo.window_s)}
     return out
 
 

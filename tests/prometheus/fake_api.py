@@ -79,6 +79,15 @@ class FakePrometheus:
             data: dict[str, Any] = surprise
         elif path.endswith("/query_range"):
             data = {"resultType": "matrix", "result": []}
+        elif path.endswith("/series"):  # the running gauge's label sets (no samples: range reads are empty)
+            shown = self.instances if self.visible is None else self.visible
+            series = [{"__name__": "sglang:num_running_reqs", "instance": i, "job": self.job} for i in shown]
+            payload = {
+                "status": "success",
+                "data": series,
+                **({"warnings": self.warnings} if self.warnings else {}),
+            }
+            return json.dumps(payload).encode(), self.status
         else:
             shown = self.instances if self.visible is None else self.visible
             value = "1" if re.search(r"\bup\{", expr) else self.value

@@ -1,0 +1,109 @@
+"""SLO counts from the SLO recording rules (``use_recording_rules``): in a real Prometheus with the exported
+rules loaded, the recorded totals and error ratios give the counts ``increase()`` over the raw series gives
+(same scopes, same events), and an SLO whose rules are not loaded is still counted, from the raw series."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from alerts.export import render_rules
+from collectors.prometheus.client import PromClient
+from collectors.prometheus.slo_counts import PrometheusSloCounts
+from collectors.prometheus.slo_rules import window_name
+from collectors.slo import Scope, Slo, build_slos
+from config import Config, parse_config
+from tests.collectors.mechanism_server import MechanismServer
+from tests.prometheus.conftest import skip_without
+from tests.prometheus.engines import PROMETHEUS, Engine, start_prometheus
+from tests.prometheus.test_slo_rules import QUERIES
+
+pytestmark = pytest.mark.engines
+
+SLOS = [
+    {"name": "ttft-1s", "sli": {"kind": "ttft", "threshold_s": 1}, "objective": 0.99},
+    {"name": "availability", "sli": {"kind": "availability"}, "objective": 0.999, "window": "7d"},
+]
+EAST = Scope((("deployment", "east"),)).key
+UNRECORDED = {"name": "ttft-4s", "sli": {"kind": "ttft", "threshold_s": 4}, "objective": 0.99}
+
+
+def _config(servers: dict[str, MechanismServer], slos: list[dict[str, object]]) -> Config:
+    targets = [
+        {"name": name, "url": s.url, "labels": {"deployment": name.split("-")[0]}}
+        for name, s in servers.items()
+    ]
+    return parse_config({"scrape": {"interval_s": 1, "timeout_s": 1}, "slos": slos, "targets": targets}, "t")
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[Engine, dict[str, MechanismServer]]]:
+    skip_without(PROMETHEUS, "prometheus")
+    servers = {"east-a": MechanismServer(seed=1), "west-a": MechanismServer(seed=2)}
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_rules(_config(servers, SLOS), "test"), encoding="utf-8")
+    static = [
+        {"targets": [s.url.removeprefix("http://")], "labels": {"deployment": name.split("-")[0]}}
+        for name, s in servers.items()
+    ]
+    scrape = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [{"job_name": "sglang", "static_configs": static}],
+    }
+    engine = start_prometheus(tmp_path / "prometheus", scrape, rule_files=[rules])
+    try:
+        yield engine, servers
+    finally:
+        engine.stop()
+        for server in servers.values():
+            server.stop()
+
+
+def _counts(engine: Engine, slos: Sequence[Slo], *, recorded: bool, at: float) -> PrometheusSloCounts:
+    return PrometheusSloCounts(slos, PromClient(engine.url), QUERIES, recorded=recorded, clock=lambda: at)
+
+
+def test_recorded_slo_counts_equal_the_raw_ones_and_unrecorded_slos_still_count(
+    prometheus: tuple[Engine, dict[str, MechanismServer]],
+) -> None:
+    engine, servers = prometheus
+    # Scraped before the traffic: the counters' rise is what increase() counts.
+    engine.wait_for("count(count_over_time(up[1m]) >= 2)", lambda r: bool(r) and r[0]["value"][1] == "2", 30)
+    # east: slow first tokens and aborts; west: twenty times the traffic, all fast (test_slo_rules' fleet).
+    servers["east-a"].serve(20, context_tokens=4096, queue_s=1.2, prefill_s=0.3, aborted=2)
+    servers["west-a"].serve(400, context_tokens=4096, queue_s=0.05, prefill_s=0.3)
+    engine.wait_for(
+        'slo:sli_total:increase5m{sloth_slo="ttft-1s", deployment="east"} > 0', lambda r: bool(r), 30
+    )
+    time.sleep(3)  # the counters stopped: a few more evaluations, the recorded values settle
+    slos = build_slos(_config(servers, [*SLOS, UNRECORDED]))
+    at = time.time()
+    recorded = _counts(engine, slos, recorded=True, at=at)
+    try:
+        for slo in slos:
+            for window_s in (300.0, 3600.0):
+                # The raw counts at the instant the rules recorded (increase() extrapolates to the window's
+                # edges, so a second later is another number; a scrape landing during the rule's evaluation
+                # moves it by a few %); an unrecorded SLO's at the same ``at``.
+                recorded_at = PromClient(engine.url).query(
+                    f'timestamp(slo:sli_total:increase{window_name(window_s)}{{sloth_slo="{slo.name}"}})',
+                    at=at,
+                )
+                when = max((s.value for s in recorded_at if s.value is not None), default=at)
+                raw = _counts(engine, slos, recorded=False, at=when)
+                scopes = raw.scopes(slo.name, when - slo.window_s)
+                assert set(scopes) == {Scope(()).key, EAST, Scope((("deployment", "west"),)).key}
+                for scope in scopes:
+                    want = raw.counts(slo.name, scope, when - window_s, when + 1.0)
+                    got = recorded.counts(slo.name, scope, at - window_s, at + 1.0)
+                    assert want.total > 0, (slo.name, scope)
+                    assert got.total == pytest.approx(want.total, rel=0.05), (slo.name, scope, window_s)
+                    assert got.good == pytest.approx(want.good, rel=0.05), (slo.name, scope, window_s)
+                raw.close()
+        east = recorded.counts("ttft-1s", EAST, at - 300, at + 1.0)
+        assert east.good < east.total  # east's first tokens were slow: bad events, counted
+    finally:
+        recorded.close()
