@@ -19,7 +19,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,17 +26,18 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import requests
 import requests.adapters
 
+from bench.loopback import ROOT, keep_alive, listen, response, routes, served, until_stdin_closes
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
 from collectors.http.loop import HTTP_LOOP
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
 from config import Config, Target, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
 SERVER_INFO = {
     "served_model_name": "moonshotai/Kimi-K3",
@@ -51,35 +51,14 @@ TARGET_RSS_MB = 300.0
 
 
 # -- the servers (subprocess) --------------------------------------------------------------------------------
-def _response(body: bytes, content_type: bytes, status: bytes = b"200 OK") -> bytes:
-    return (
-        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type
-        + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )  # fmt: skip
-
-
 async def _serve(count: int) -> None:
     responses = {
-        b"/metrics": _response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
-        b"/server_info": _response(json.dumps(SERVER_INFO).encode(), b"application/json"),
+        b"/metrics": response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
+        b"/server_info": response(json.dumps(SERVER_INFO).encode(), b"application/json"),
     }
-    not_found = _response(b"not found", b"text/plain", b"404 Not Found")
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:  # keep-alive: one connection serves every cycle
-                head = await reader.readuntil(b"\r\n\r\n")
-                path = head.split(b" ", 2)[1].split(b"?", 1)[0]  # like any server: the query is not the route
-                writer.write(responses.get(path, not_found))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError):
-            pass
-        finally:
-            writer.close()
-
-    servers = [await asyncio.start_server(handle, "127.0.0.1", 0, backlog=128) for _ in range(count)]
-    print(json.dumps([server.sockets[0].getsockname()[1] for server in servers]), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    handle = keep_alive(routes(responses))
+    print(json.dumps(await listen([handle] * count)), flush=True)
+    await until_stdin_closes()
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -137,22 +116,9 @@ def _measure(cycle: object, cycles: int, server_pid: int) -> dict[str, float]:
 @contextmanager
 def golden_servers(count: int) -> Iterator[tuple[list[int], int]]:
     """``count`` loopback servers of the golden body in a subprocess (its CPU is its own): their ports and
-    its pid. On exit the scrape loop's keep-alive connections close first, then the servers."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_fleet", "--serve", str(count)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        yield json.loads(server.stdout.readline()), server.pid
-    finally:
-        HTTP_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
+    its pid."""
+    with served("bench.bench_fleet", count) as (ports, pid):
+        yield cast(list[int], ports), pid
 
 
 def main() -> dict[str, object]:

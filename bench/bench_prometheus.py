@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 import requests
 
+from bench.measure import best_s
 from collectors.errors import CollectorError
 from collectors.history import HistoryReader
 from collectors.model import SIGNAL_NAMES, Recipe
@@ -155,15 +156,6 @@ def fill_sqlite(path: Path, servers: int, ts: np.ndarray) -> int:
     return servers * len(ts)
 
 
-def _best_of(function: Callable[[], Any], rounds: int = 3) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def _pages(
     store: HistoryReader, start: float, end: float, interval_s: float, servers: int
 ) -> dict[str, Callable[[], Any]]:
@@ -248,7 +240,7 @@ def _measure_prometheus(
     try:
         for name, page in _pages(history, start, end, interval_s, servers).items():
             page()  # warm the page cache of the TSDB files once, as a running Prometheus has it
-            times[f"{label}_{name}_s"] = round(_best_of(page), 3)
+            times[f"{label}_{name}_s"] = round(best_s(page), 3)
     finally:
         history.close()
     return times
@@ -331,7 +323,7 @@ def main() -> dict[str, object]:
             try:
                 for name, page in _pages(store, start, end, interval, servers).items():
                     page()
-                    result[f"{label}_{name}_s"] = round(_best_of(page), 3)
+                    result[f"{label}_{name}_s"] = round(best_s(page), 3)
             finally:
                 store.close()
             result[f"{label}_mib"] = round(

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from pathlib import Path
 import requests
 
 from bench.bench_prometheus import _free_port
+from bench.measure import stop
 from sim.fleet import SimFleet
 
 INTERVAL_S = 5
@@ -97,15 +97,6 @@ def _measure(
     }
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
-
-
 def _collector(fleet: SimFleet, folder: Path) -> subprocess.Popen[bytes]:
     config = fleet.write_config(
         folder / "collector.yaml",
@@ -147,7 +138,7 @@ def _prometheus(fleet: SimFleet, folder: Path) -> subprocess.Popen[bytes]:
         except requests.RequestException:
             pass
         time.sleep(0.2)
-    _stop(process)
+    stop(process)
     raise RuntimeError("prometheus did not become ready")
 
 
@@ -173,7 +164,7 @@ def main() -> dict[str, object]:
                 try:
                     ours = _measure(collector, fleet, warmup_s, window_s)
                 finally:
-                    _stop(collector)
+                    stop(collector)
                 store_bytes = sum(p.stat().st_size for p in folder.glob("history.sqlite*"))
                 for server in fleet.servers:  # a registry that resolves name[]: ~25 lines per body
                     server.honours_name_filter = True
@@ -181,12 +172,12 @@ def main() -> dict[str, object]:
                 try:
                     filtered = _measure(collector, fleet, warmup_s, window_s)
                 finally:
-                    _stop(collector)
+                    stop(collector)
                 prometheus = _prometheus(fleet, folder)
                 try:
                     theirs = _measure(prometheus, fleet, warmup_s, window_s)
                 finally:
-                    _stop(prometheus)
+                    stop(prometheus)
         finally:
             fleet.stop()
         result[f"servers_{size}"] = {
