@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -32,11 +31,11 @@ import requests
 import requests.adapters
 
 from bench.loopback import ROOT, keep_alive, listen, response, routes, served, until_stdin_closes
+from bench.measure import bare_fetch_cycle, cycle_stats
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
-from collectors.http.loop import HTTP_LOOP
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
-from config import Config, Target, parse_config
+from config import Config, parse_config
 
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
 SERVER_INFO = {
@@ -59,11 +58,6 @@ async def _serve(count: int) -> None:
     handle = keep_alive(routes(responses))
     print(json.dumps(await listen([handle] * count)), flush=True)
     await until_stdin_closes()
-
-
-def _process_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb() -> float:
@@ -97,22 +91,6 @@ def _requests_session(pools: int) -> requests.Session:
     return session
 
 
-def _measure(cycle: object, cycles: int, server_pid: int) -> dict[str, float]:
-    walls, cpus = [], []
-    server_cpu = _process_cpu_s(server_pid)
-    for _ in range(cycles):
-        wall, cpu = time.perf_counter(), time.process_time()
-        cycle()  # type: ignore[operator]
-        cpus.append(time.process_time() - cpu)
-        walls.append(time.perf_counter() - wall)
-    return {
-        "wall_s_per_cycle": statistics.mean(walls),
-        "wall_s_max": max(walls),
-        "cpu_s_per_cycle": statistics.mean(cpus),
-        "server_cpu_s_per_cycle": (_process_cpu_s(server_pid) - server_cpu) / cycles,
-    }
-
-
 @contextmanager
 def golden_servers(count: int) -> Iterator[tuple[list[int], int]]:
     """``count`` loopback servers of the golden body in a subprocess (its CPU is its own): their ports and
@@ -133,7 +111,7 @@ def main() -> dict[str, object]:
                 warm = time.perf_counter()
                 first = collector.run_cycle()  # connects, reads every /server_info
                 warmup_s = time.perf_counter() - warm
-                collector_stats = _measure(collector.run_cycle, cycles, server_pid)
+                collector_stats = cycle_stats(collector.run_cycle, cycles, server_pid)
                 last = collector.latest()
             peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             rows = store.count_samples()
@@ -142,23 +120,14 @@ def main() -> dict[str, object]:
         assert up == count, f"only {up} of {count} targets up: {[s.error for s in last if not s.up][:3]}"
         assert all(s.signals.accept_length == 2.91 for s in first)
 
-        # Baseline: the same GETs with the same transport and concurrency, bodies read, nothing else.
-        fetcher = Fetcher(config.scrape)
-
-        async def bare() -> bool:
-            slots = asyncio.Semaphore(config.scrape.concurrency)
-
-            async def fetch(target: Target) -> int:
-                async with slots:
-                    return len((await fetcher.fetch(target, "/metrics", accept=METRICS_ACCEPT)).body)
-
-            return all(await asyncio.gather(*(fetch(target) for target in config.targets)))
-
-        def bare_cycle() -> None:
-            assert HTTP_LOOP.run(bare())
-
+        bare_cycle = bare_fetch_cycle(
+            Fetcher(config.scrape),
+            config.targets,
+            accept=METRICS_ACCEPT,
+            concurrency=config.scrape.concurrency,
+        )
         bare_cycle()
-        baseline_stats = _measure(bare_cycle, cycles, server_pid)
+        baseline_stats = cycle_stats(bare_cycle, cycles, server_pid)
 
         # The transport before 2026-12-02: requests + a thread pool of scrape.concurrency.
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
@@ -171,7 +140,7 @@ def main() -> dict[str, object]:
                 assert all(pool.map(fetch, urls))
 
             requests_cycle()
-            requests_stats = _measure(requests_cycle, cycles, server_pid)
+            requests_stats = cycle_stats(requests_cycle, cycles, server_pid)
 
     def r(value: float) -> float:
         return round(value, 3)

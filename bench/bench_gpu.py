@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import cast
 
-from bench.bench_fleet import GOLDEN, _measure
+from bench.bench_fleet import GOLDEN
 from bench.loopback import keep_alive, listen, response, routes, served, until_stdin_closes
+from bench.measure import bare_fetch_cycle, cycle_stats
 from collectors.direct.gpu_scrape import GPU_ACCEPT, ExporterClient, parse_gpu_exposition
 from collectors.direct.metrics_reader import parse_exposition
-from collectors.http.loop import HTTP_LOOP
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
 from config import Config, Target, parse_config
@@ -94,7 +94,7 @@ def _cycles(
     store = SqliteStore(store_path)
     with Collector(config, store) as collector:
         collector.run_cycle()  # connects, reads every /server_info
-        stats = _measure(collector.run_cycle, cycles, server_pid)
+        stats = cycle_stats(collector.run_cycle, cycles, server_pid)
         last = collector.latest()
     store.close()
     return stats, last
@@ -131,21 +131,11 @@ def main() -> dict[str, object]:
         config = _config(sglang_ports, exporter_ports, "unused")
         client = ExporterClient(config.scrape)
         exporters = [Target(name=t.name, url=str(t.gpu_exporter_url)) for t in config.targets]
-
-        async def bare() -> bool:
-            slots = asyncio.Semaphore(config.scrape.concurrency)
-
-            async def fetch(target: Target) -> int:
-                async with slots:
-                    return len((await client.fetch(target, "/metrics", accept=GPU_ACCEPT)).body)
-
-            return all(await asyncio.gather(*(fetch(target) for target in exporters)))
-
-        def bare_cycle() -> None:
-            assert HTTP_LOOP.run(bare())
-
+        bare_cycle = bare_fetch_cycle(
+            client, exporters, accept=GPU_ACCEPT, concurrency=config.scrape.concurrency
+        )
         bare_cycle()
-        bare_stats = _measure(bare_cycle, cycles, server_pid)
+        bare_stats = cycle_stats(bare_cycle, cycles, server_pid)
 
     def r(value: float) -> float:
         return round(value, 4)

@@ -45,9 +45,9 @@ import requests
 import yaml
 
 from bench.bench_prometheus import _free_port
-from bench.bench_scrape_vs_prometheus import _cpu_s, _rss_mb
+from bench.bench_scrape_vs_prometheus import _rss_mb
 from bench.loopback import Answer, keep_alive, listen
-from bench.measure import stop
+from bench.measure import process_cpu_s, stop
 
 SERVERS = 5000
 TEMPLATES = 25
@@ -255,10 +255,18 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
             startup_s = time.monotonic() - started
             time.sleep(warmup_s)
             before = _exported(exporter_port)
-            cpu0, fleet0, scrapes0 = _cpu_s(process.pid), _cpu_s(fleet.process.pid), fleet.scrapes()
+            cpu0, fleet0, scrapes0 = (
+                process_cpu_s(process.pid),
+                process_cpu_s(fleet.process.pid),
+                fleet.scrapes(),
+            )
             t0, wall0 = time.monotonic(), time.time()
             time.sleep(window_s)
-            cpu1, fleet1, scrapes1 = _cpu_s(process.pid), _cpu_s(fleet.process.pid), fleet.scrapes()
+            cpu1, fleet1, scrapes1 = (
+                process_cpu_s(process.pid),
+                process_cpu_s(fleet.process.pid),
+                fleet.scrapes(),
+            )
             t1, wall1 = time.monotonic(), time.time()
             after = _exported(exporter_port)
             peak_rss_mb = _rss_mb(process.pid)

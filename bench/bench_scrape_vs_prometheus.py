@@ -43,7 +43,7 @@ from pathlib import Path
 import requests
 
 from bench.bench_prometheus import _free_port
-from bench.measure import stop
+from bench.measure import process_cpu_s, stop
 from sim.fleet import SimFleet
 
 INTERVAL_S = 5
@@ -53,13 +53,7 @@ TIMEOUT_S = 3
 # cannot render 1,000 servers' whole bodies every 5 s, and the phase then measured the fleet, not the scraper.
 SIM_WINDOW_S = 80.0
 KEEPING_UP = 0.95  # a phase with fewer scrapes than this share of the expected ones is flagged
-_TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15 of stat)
 
 
 def _rss_mb(pid: int) -> float:
@@ -79,11 +73,11 @@ def _measure(
     time.sleep(warmup_s)
     if process.poll() is not None:
         raise RuntimeError(f"the measured process exited with {process.returncode} during warm-up")
-    cpu0, scrapes0, t0 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
-    fleet0 = _cpu_s(os.getpid())
+    cpu0, scrapes0, t0 = process_cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    fleet0 = process_cpu_s(os.getpid())
     time.sleep(window_s)
-    cpu1, scrapes1, t1 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
-    fleet1 = _cpu_s(os.getpid())
+    cpu1, scrapes1, t1 = process_cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    fleet1 = process_cpu_s(os.getpid())
     cpu, scrapes = cpu1 - cpu0, scrapes1 - scrapes0
     return {
         "fleet_cores": round((fleet1 - fleet0) / (t1 - t0), 3),
