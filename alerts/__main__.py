@@ -9,18 +9,19 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from alerts.service import Service
 
+from alerts.cli import exit_code
 from alerts.engine import DEFAULT_EXTERNAL_URL, RESEND_INTERVAL_S
 from alerts.export import render_rules
 from alerts.lock import EvaluatorLock
 from alerts.metrics import DeliveryMetrics
 from alerts.rules import build_rules
-from collectors.errors import CollectorError
 from collectors.exporter import MetricsExporter
 from collectors.store.integrity import store_folder_problem
 from config import Config, ConfigError, load_config
@@ -191,15 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
-        code: int = args.handler(args)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    except CollectorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return code
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return exit_code(lambda: handler(args))
 
 
 if __name__ == "__main__":

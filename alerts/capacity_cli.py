@@ -10,7 +10,6 @@ page; the numbers are the page's (``analysis.advice_inputs.capacity_advice``, fo
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,14 +17,14 @@ from collections.abc import Sequence
 from contextlib import ExitStack, closing
 from pathlib import Path
 
+from alerts.cli import report_main
 from alerts.rules import capacity_thresholds
 from analysis.advice_inputs import capacity_advice, stale_after_s
 from analysis.capacity_advice import DeploymentAdvice
-from collectors.errors import StoreError
 from collectors.slo import build_slos
 from collectors.source import open_history
 from collectors.store.sqlite_store import SqliteStore
-from config import Config, ConfigError, load_config
+from config import Config
 
 
 def configured_deployments(config: Config) -> dict[str, str]:
@@ -86,15 +85,10 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specwatch capacity", description=__doc__)
-    parser.add_argument("--config", required=True, help="fleet configuration file (its store is read)")
-    parser.add_argument("--json", action="store_true", help="JSON lines instead of text")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        return run(load_config(args.config), json_lines=args.json, source=args.config)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return report_main(
+        argv,
+        run,
+        prog="specwatch capacity",
+        description=__doc__,
+        config_help="fleet configuration file (its store is read)",
+    )

@@ -9,7 +9,6 @@ probes from the local file where a daemon keeps them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -19,6 +18,7 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
+from alerts.cli import report_main
 from alerts.scopes import alert_scope
 from alerts.state_store import AlertStateStore
 from analysis.slo_budget import REPORT_WINDOWS_S
@@ -35,7 +35,7 @@ from collectors.errors import StoreError
 from collectors.slo import Scope, build_slos
 from collectors.source import open_history
 from collectors.store.probes import ProbeStore
-from config import Config, ConfigError, load_config
+from config import Config
 
 BURN_RULE = "ErrorBudgetBurn"
 
@@ -167,15 +167,10 @@ def run(config: Config, *, json_lines: bool, now: float | None = None, source: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specwatch slo", description=__doc__)
-    parser.add_argument("--config", required=True, help="fleet configuration file with slos:")
-    parser.add_argument("--json", action="store_true", help="JSON lines instead of text")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        return run(load_config(args.config), json_lines=args.json, source=args.config)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return report_main(
+        argv,
+        run,
+        prog="specwatch slo",
+        description=__doc__,
+        config_help="fleet configuration file with slos:",
+    )

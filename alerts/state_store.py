@@ -15,6 +15,7 @@ from pathlib import Path
 from alerts.model import AlertInstance, AlertState, AlertTransition, Delivery, OutboxItem, Pairs
 from collectors.errors import StoreError
 from collectors.store.connections import ThreadConnections
+from collectors.store.where import placeholders, ts_and_targets
 
 SCHEMA_VERSION = 2  # 2: alert_outbox.group_key
 
@@ -63,8 +64,7 @@ _SEVERITY_ORDER = (
 
 
 def _insert(statement: str, columns: str) -> str:
-    placeholders = ", ".join("?" for _ in columns.split(","))
-    return f"{statement} ({columns}) VALUES ({placeholders})"
+    return f"{statement} ({columns}) VALUES ({placeholders(columns.split(','))})"
 
 
 def _instance_row(i: AlertInstance) -> tuple[object, ...]:
@@ -72,6 +72,12 @@ def _instance_row(i: AlertInstance) -> tuple[object, ...]:
         i.fingerprint, i.rule, i.target, i.state.value, i.since, i.active_since, i.fired_at, i.last_active_ts,
         i.last_eval_ts, i.value, _dump(i.labels), _dump(i.annotations), int(i.suspended),
     )  # fmt: skip
+
+
+def _upsert_instances(connection: sqlite3.Connection, instances: Iterable[AlertInstance]) -> None:
+    """Write each instance as it is now (as evaluated, or as salvaged from a store moved aside)."""
+    sql = _insert("INSERT OR REPLACE INTO alert_instances", _INSTANCE_COLUMNS)
+    connection.executemany(sql, [_instance_row(i) for i in instances])
 
 
 def _transition_row(t: AlertTransition) -> tuple[object, ...]:
@@ -140,10 +146,7 @@ class AlertStateStore:
             raise StoreError(f"cannot initialise alert tables in {self.path}: {exc}") from exc
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        try:
-            return self._connect().execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"alert store {self.path}: read failed: {exc}") from exc
+        return self._connections.query(sql, params)
 
     def _execute(self, sql: str, params: Sequence[object] = ()) -> int:
         try:
@@ -166,10 +169,7 @@ class AlertStateStore:
         try:
             connection = self._connect()
             with connection:
-                connection.executemany(
-                    _insert("INSERT OR REPLACE INTO alert_instances", _INSTANCE_COLUMNS),
-                    [_instance_row(i) for i in instances],
-                )
+                _upsert_instances(connection, instances)
                 connection.executemany(
                     "DELETE FROM alert_instances WHERE fingerprint = ?", [(fp,) for fp in removed]
                 )
@@ -191,7 +191,7 @@ class AlertStateStore:
         if targets is not None:
             if not targets:
                 return []
-            where = f"WHERE target IN ({', '.join('?' for _ in targets)})"
+            where = f"WHERE target IN ({placeholders(targets)})"
             params = list(targets)
         rows = self._query(
             f"SELECT {_INSTANCE_COLUMNS} FROM alert_instances {where} "  # noqa: S608
@@ -212,13 +212,9 @@ class AlertStateStore:
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None, limit: int = 10_000
     ) -> list[AlertTransition]:
         """State changes in [start_ts, end_ts], oldest first (at most ``limit``, the newest kept)."""
-        where = "ts >= ? AND ts <= ?"
-        params: list[object] = [start_ts, end_ts]
-        if targets is not None:
-            if not targets:
-                return []
-            where += f" AND target IN ({', '.join('?' for _ in targets)})"
-            params.extend(targets)
+        if targets is not None and not targets:
+            return []
+        where, params = ts_and_targets(start_ts, end_ts, targets)
         rows = self._query(
             f"SELECT {_TRANSITION_COLUMNS} FROM (SELECT id, {_TRANSITION_COLUMNS} FROM alert_transitions "  # noqa: S608
             f"WHERE {where} ORDER BY ts DESC, id DESC LIMIT ?) ORDER BY ts, id",
@@ -279,7 +275,7 @@ class AlertStateStore:
         """The oldest queued notification of each group for ``receiver`` (ids in ``skip_ids`` are done
         already, their mark not yet written): within a group a resolution never overtakes its firing; across
         groups nothing waits."""
-        skip = f"AND id NOT IN ({', '.join('?' for _ in skip_ids)})" if skip_ids else ""
+        skip = f"AND id NOT IN ({placeholders(skip_ids)})" if skip_ids else ""
         rows = self._query(
             f"SELECT {_OUTBOX_COLUMNS} FROM (SELECT {_OUTBOX_COLUMNS}, ROW_NUMBER() OVER ("  # noqa: S608
             "PARTITION BY group_key ORDER BY created_ts, id) AS place FROM alert_outbox "
@@ -372,10 +368,7 @@ class AlertStateStore:
         try:
             connection = self._connect()
             with connection:
-                connection.executemany(
-                    _insert("INSERT OR REPLACE INTO alert_instances", _INSTANCE_COLUMNS),
-                    [_instance_row(i) for i in instances],
-                )
+                _upsert_instances(connection, instances)
                 connection.executemany(
                     _insert("INSERT OR IGNORE INTO alert_outbox", _OUTBOX_COLUMNS),
                     [

@@ -20,6 +20,7 @@ from typing import Literal
 
 import pandas as pd
 
+from analysis.stats import float_or_nan
 from collectors.model import FlagValue
 
 Pool = Literal["state pool", "KV cache", "request cap"]
@@ -76,15 +77,6 @@ def _radix_on(flags: Mapping[str, FlagValue] | None) -> bool | None:
     return not bool(flags.get("disable_radix_cache"))
 
 
-def _f(value: object) -> float:
-    if value is None:
-        return math.nan
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def server_capacity(
     row: Mapping[str, object], flags: Mapping[str, FlagValue] | None, thresholds: CapacityThresholds
 ) -> ServerCapacity:
@@ -94,9 +86,10 @@ def server_capacity(
     if row.get("status") != "up":
         text = f"No current data ({row.get('status')})."
         return ServerCapacity(server, "unknown", text, text, False)
-    state, kv = _f(row.get("state_pool_usage")), _f(row.get("kv_usage"))
-    running, cap, queued = _f(row.get("running")), _f(row.get("cap")), _f(row.get("queued"))
-    hit_rate = _f(row.get("cache_hit_rate"))
+    state, kv, running, cap, queued, hit_rate = (
+        float_or_nan(row.get(name))
+        for name in ("state_pool_usage", "kv_usage", "running", "cap", "queued", "cache_hit_rate")
+    )
     queue_text = f", {queued:.0f} queued" if queued > 0 else ""
     radix_waste = (
         bool(_radix_on(flags))

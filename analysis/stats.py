@@ -1,4 +1,5 @@
-"""Small, dependency-free statistics for the rules: least squares, Pearson's r, Student's t, quantiles.
+"""Small, dependency-free statistics for the rules: least squares, Pearson's r, Student's t, quantiles (and
+a table cell read as a number or unknown, ``float_or_nan``).
 
 Population moments and Prometheus's quantile interpolation, so the exported PromQL computes the same numbers
 (``avg_over_time``, ``stddev_over_time``, ``quantile_over_time``).
@@ -9,6 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def float_or_nan(value: object) -> float:
+    """A table cell as a number: None, or anything that is not one, is NaN (unknown, never 0)."""
+    if value is None:
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def quantile(values: Sequence[float], phi: float) -> float:

@@ -10,31 +10,20 @@ Every number is a ratio against a baseline of the same run:
 
 from __future__ import annotations
 
-import gc
 import json
 import tempfile
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 from alerts.model import AlertState, AlertTransition
 from alerts.payloads import outbox_items
+from bench.measure import best_s
 from collectors.direct.metrics_reader import parse_exposition
 from collectors.errors import BadExposition
 from config import load_targets_file
 
 SGLANG_LINE = 'sglang:num_running_reqs{model_name="kimi-k3",tp_rank="0"} 4\n'
-
-
-def _best_of(runs: int, fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        gc.collect()  # a collection left over from building the inputs is not the code's cost
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def _peak_mb(fn: Callable[[], object]) -> float:
@@ -110,17 +99,17 @@ def _notifications(changes: list[tuple[AlertTransition, float]]) -> int:
 
 def main() -> dict[str, object]:
     wide = _wide_body(1_000_000)
-    full_parse_s = _best_of(2, lambda: parse_exposition(wide))
-    refuse_s = _best_of(3, lambda: _refused(wide))
+    full_parse_s = best_s(lambda: parse_exposition(wide), 2, collect_first=True)
+    refuse_s = best_s(lambda: _refused(wide), 3, collect_first=True)
     full_parse_mb = _peak_mb(lambda: parse_exposition(wide))
     refuse_mb = _peak_mb(lambda: _refused(wide))
     with tempfile.TemporaryDirectory() as folder:
         small, big = _targets_file(Path(folder), 2_000), _targets_file(Path(folder), 20_000)
-        small_s = _best_of(5, lambda: load_targets_file(small))
-        big_s = _best_of(5, lambda: load_targets_file(big))
+        small_s = best_s(lambda: load_targets_file(small), 5, collect_first=True)
+        big_s = best_s(lambda: load_targets_file(big), 5, collect_first=True)
     few, many = _changes(200), _changes(2_000)
-    few_s = _best_of(3, lambda: _notifications(few))
-    many_s = _best_of(3, lambda: _notifications(many))
+    few_s = best_s(lambda: _notifications(few), 3, collect_first=True)
+    many_s = best_s(lambda: _notifications(many), 3, collect_first=True)
     return {
         "wide_body_mb": round(len(wide) / 1e6, 1),
         "wide_full_parse_s": round(full_parse_s, 3),

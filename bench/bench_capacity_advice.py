@@ -26,6 +26,7 @@ from typing import Any
 from alerts.rules import capacity_thresholds
 from analysis.advice_inputs import LIMIT_HISTORY_S, capacity_advice, read_hourly_demand
 from analysis.sample_bins import ANALYSIS_SIGNALS
+from bench.measure import best_s
 from collectors.store.sqlite_store import SqliteStore
 from sim.fill import fill_store
 
@@ -36,12 +37,7 @@ ANALYSIS_ROWS, ANALYSIS_POINTS, ANALYSIS_MIN_POINTS = 100_000, 300, 60  # views.
 
 
 def _best(fn: Callable[[], Any]) -> float:
-    best = float("inf")
-    for _ in range(ROUNDS):
-        started = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - started)
-    return best
+    return best_s(fn, ROUNDS, clock=time.thread_time)
 
 
 def _measure(path: str) -> dict[str, object]:

@@ -18,8 +18,6 @@ import asyncio
 import json
 import os
 import resource
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,17 +25,18 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import requests
 import requests.adapters
 
+from bench.loopback import ROOT, keep_alive, listen, response, routes, served, until_stdin_closes
+from bench.measure import bare_fetch_cycle, cycle_stats
 from collectors.direct.scrape import METRICS_ACCEPT, Fetcher
-from collectors.http.loop import HTTP_LOOP
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
-from config import Config, Target, parse_config
+from config import Config, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
 SERVER_INFO = {
     "served_model_name": "moonshotai/Kimi-K3",
@@ -51,40 +50,14 @@ TARGET_RSS_MB = 300.0
 
 
 # -- the servers (subprocess) --------------------------------------------------------------------------------
-def _response(body: bytes, content_type: bytes, status: bytes = b"200 OK") -> bytes:
-    return (
-        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type
-        + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )  # fmt: skip
-
-
 async def _serve(count: int) -> None:
     responses = {
-        b"/metrics": _response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
-        b"/server_info": _response(json.dumps(SERVER_INFO).encode(), b"application/json"),
+        b"/metrics": response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
+        b"/server_info": response(json.dumps(SERVER_INFO).encode(), b"application/json"),
     }
-    not_found = _response(b"not found", b"text/plain", b"404 Not Found")
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:  # keep-alive: one connection serves every cycle
-                head = await reader.readuntil(b"\r\n\r\n")
-                path = head.split(b" ", 2)[1].split(b"?", 1)[0]  # like any server: the query is not the route
-                writer.write(responses.get(path, not_found))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError):
-            pass
-        finally:
-            writer.close()
-
-    servers = [await asyncio.start_server(handle, "127.0.0.1", 0, backlog=128) for _ in range(count)]
-    print(json.dumps([server.sockets[0].getsockname()[1] for server in servers]), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
-
-
-def _process_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    handle = keep_alive(routes(responses))
+    print(json.dumps(await listen([handle] * count)), flush=True)
+    await until_stdin_closes()
 
 
 def _rss_mb() -> float:
@@ -118,41 +91,12 @@ def _requests_session(pools: int) -> requests.Session:
     return session
 
 
-def _measure(cycle: object, cycles: int, server_pid: int) -> dict[str, float]:
-    walls, cpus = [], []
-    server_cpu = _process_cpu_s(server_pid)
-    for _ in range(cycles):
-        wall, cpu = time.perf_counter(), time.process_time()
-        cycle()  # type: ignore[operator]
-        cpus.append(time.process_time() - cpu)
-        walls.append(time.perf_counter() - wall)
-    return {
-        "wall_s_per_cycle": statistics.mean(walls),
-        "wall_s_max": max(walls),
-        "cpu_s_per_cycle": statistics.mean(cpus),
-        "server_cpu_s_per_cycle": (_process_cpu_s(server_pid) - server_cpu) / cycles,
-    }
-
-
 @contextmanager
 def golden_servers(count: int) -> Iterator[tuple[list[int], int]]:
     """``count`` loopback servers of the golden body in a subprocess (its CPU is its own): their ports and
-    its pid. On exit the scrape loop's keep-alive connections close first, then the servers."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_fleet", "--serve", str(count)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        yield json.loads(server.stdout.readline()), server.pid
-    finally:
-        HTTP_LOOP.close()  # its keep-alive connections first: the servers then exit without a pending read
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
+    its pid."""
+    with served("bench.bench_fleet", count) as (ports, pid):
+        yield cast(list[int], ports), pid
 
 
 def main() -> dict[str, object]:
@@ -167,7 +111,7 @@ def main() -> dict[str, object]:
                 warm = time.perf_counter()
                 first = collector.run_cycle()  # connects, reads every /server_info
                 warmup_s = time.perf_counter() - warm
-                collector_stats = _measure(collector.run_cycle, cycles, server_pid)
+                collector_stats = cycle_stats(collector.run_cycle, cycles, server_pid)
                 last = collector.latest()
             peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             rows = store.count_samples()
@@ -176,23 +120,14 @@ def main() -> dict[str, object]:
         assert up == count, f"only {up} of {count} targets up: {[s.error for s in last if not s.up][:3]}"
         assert all(s.signals.accept_length == 2.91 for s in first)
 
-        # Baseline: the same GETs with the same transport and concurrency, bodies read, nothing else.
-        fetcher = Fetcher(config.scrape)
-
-        async def bare() -> bool:
-            slots = asyncio.Semaphore(config.scrape.concurrency)
-
-            async def fetch(target: Target) -> int:
-                async with slots:
-                    return len((await fetcher.fetch(target, "/metrics", accept=METRICS_ACCEPT)).body)
-
-            return all(await asyncio.gather(*(fetch(target) for target in config.targets)))
-
-        def bare_cycle() -> None:
-            assert HTTP_LOOP.run(bare())
-
+        bare_cycle = bare_fetch_cycle(
+            Fetcher(config.scrape),
+            config.targets,
+            accept=METRICS_ACCEPT,
+            concurrency=config.scrape.concurrency,
+        )
         bare_cycle()
-        baseline_stats = _measure(bare_cycle, cycles, server_pid)
+        baseline_stats = cycle_stats(bare_cycle, cycles, server_pid)
 
         # The transport before 2026-12-02: requests + a thread pool of scrape.concurrency.
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
@@ -205,7 +140,7 @@ def main() -> dict[str, object]:
                 assert all(pool.map(fetch, urls))
 
             requests_cycle()
-            requests_stats = _measure(requests_cycle, cycles, server_pid)
+            requests_stats = cycle_stats(requests_cycle, cycles, server_pid)
 
     def r(value: float) -> float:
         return round(value, 3)

@@ -14,22 +14,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
-from bench.bench_fleet import GOLDEN, _measure, _response
+from bench.bench_fleet import GOLDEN
+from bench.loopback import keep_alive, listen, response, routes, served, until_stdin_closes
+from bench.measure import bare_fetch_cycle, cycle_stats
 from collectors.direct.gpu_scrape import GPU_ACCEPT, ExporterClient, parse_gpu_exposition
 from collectors.direct.metrics_reader import parse_exposition
-from collectors.http.loop import HTTP_LOOP
 from collectors.runner import Collector
 from collectors.store.sqlite_store import SqliteStore
 from config import Config, Target, parse_config
 from sim import gpu
 
-ROOT = Path(__file__).resolve().parents[1]
 SERVER_INFO = {
     "served_model_name": "moonshotai/Kimi-K3",
     "version": "0.5.23",
@@ -61,32 +61,13 @@ def dcgm_body(hostname: str = "node-0", gpus: int = 8) -> bytes:
 
 async def _serve(count: int) -> None:
     sglang = {
-        b"/metrics": _response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
-        b"/server_info": _response(json.dumps(SERVER_INFO).encode(), b"application/json"),
+        b"/metrics": response(GOLDEN.read_bytes(), b"text/plain; version=0.0.4; charset=utf-8"),
+        b"/server_info": response(json.dumps(SERVER_INFO).encode(), b"application/json"),
     }
-    exporter = {b"/metrics": _response(dcgm_body(), b"text/plain; version=0.0.4; charset=utf-8")}
-    not_found = _response(b"not found", b"text/plain", b"404 Not Found")
-
-    def handler(responses: dict[bytes, bytes]):  # type: ignore[no-untyped-def]
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    path = head.split(b" ", 2)[1].split(b"?", 1)[0]
-                    writer.write(responses.get(path, not_found))
-                    await writer.drain()
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError):
-                pass
-            finally:
-                writer.close()
-
-        return handle
-
-    servers = [await asyncio.start_server(handler(sglang), "127.0.0.1", 0, backlog=128) for _ in range(count)]
-    gpus = [await asyncio.start_server(handler(exporter), "127.0.0.1", 0, backlog=128) for _ in range(count)]
-    ports = [[s.sockets[0].getsockname()[1] for s in group] for group in (servers, gpus)]
+    exporter = {b"/metrics": response(dcgm_body(), b"text/plain; version=0.0.4; charset=utf-8")}
+    ports = [await listen([keep_alive(routes(answers))] * count) for answers in (sglang, exporter)]
     print(json.dumps(ports), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await until_stdin_closes()
 
 
 def _config(ports: list[int], exporters: list[int] | None, store_path: str) -> Config:
@@ -113,7 +94,7 @@ def _cycles(
     store = SqliteStore(store_path)
     with Collector(config, store) as collector:
         collector.run_cycle()  # connects, reads every /server_info
-        stats = _measure(collector.run_cycle, cycles, server_pid)
+        stats = cycle_stats(collector.run_cycle, cycles, server_pid)
         last = collector.latest()
     store.close()
     return stats, last
@@ -132,25 +113,17 @@ def main() -> dict[str, object]:
     body = dcgm_body()
     gpu_parse_us = _parse_us(body, parse_gpu_exposition)
     sglang_parse_us = _parse_us(GOLDEN.read_bytes(), parse_exposition)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_gpu", "--serve", str(count)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        sglang_ports, exporter_ports = json.loads(server.stdout.readline())
+    with served("bench.bench_gpu", count) as (ports, server_pid):
+        sglang_ports, exporter_ports = cast(list[list[int]], ports)
         with tempfile.TemporaryDirectory() as tmp:
             plain, _ = _cycles(
-                _config(sglang_ports, None, f"{tmp}/a.sqlite"), Path(tmp) / "a.sqlite", cycles, server.pid
+                _config(sglang_ports, None, f"{tmp}/a.sqlite"), Path(tmp) / "a.sqlite", cycles, server_pid
             )
             with_gpus, last = _cycles(
                 _config(sglang_ports, exporter_ports, f"{tmp}/b.sqlite"),
                 Path(tmp) / "b.sqlite",
                 cycles,
-                server.pid,
+                server_pid,
             )
         known = sum(s.signals.gpu_power_w is not None for s in last)  # type: ignore[attr-defined]
         assert known == count, f"GPU power known on {known} of {count} servers"
@@ -158,26 +131,11 @@ def main() -> dict[str, object]:
         config = _config(sglang_ports, exporter_ports, "unused")
         client = ExporterClient(config.scrape)
         exporters = [Target(name=t.name, url=str(t.gpu_exporter_url)) for t in config.targets]
-
-        async def bare() -> bool:
-            slots = asyncio.Semaphore(config.scrape.concurrency)
-
-            async def fetch(target: Target) -> int:
-                async with slots:
-                    return len((await client.fetch(target, "/metrics", accept=GPU_ACCEPT)).body)
-
-            return all(await asyncio.gather(*(fetch(target) for target in exporters)))
-
-        def bare_cycle() -> None:
-            assert HTTP_LOOP.run(bare())
-
+        bare_cycle = bare_fetch_cycle(
+            client, exporters, accept=GPU_ACCEPT, concurrency=config.scrape.concurrency
+        )
         bare_cycle()
-        bare_stats = _measure(bare_cycle, cycles, server.pid)
-    finally:
-        HTTP_LOOP.close()
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
+        bare_stats = cycle_stats(bare_cycle, cycles, server_pid)
 
     def r(value: float) -> float:
         return round(value, 4)

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.measure import best_s
 from collectors.model import SIGNAL_NAMES, Signals, TargetSnapshot
 from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, SampleColumns
 from collectors.store.sqlite_store import SqliteStore
@@ -64,15 +65,6 @@ def _raw_append_rate(path: Path, targets: int, cycles: int) -> float:
     return rate
 
 
-def _best(function: object, rounds: int = 3) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        function()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def main() -> dict[str, object]:
     targets = int(os.environ.get("SPECWATCH_BENCH_HISTORY_TARGETS", "10"))
     day_cycles = int(DAY_S / INTERVAL_S)  # 17 280 rows per target
@@ -92,10 +84,10 @@ def main() -> dict[str, object]:
 
         downsampled = read(2000)
         full = read(day_cycles)
-        read_downsampled_s = _best(lambda: read(2000))
-        read_full_s = _best(lambda: read(day_cycles))
+        read_downsampled_s = best_s(lambda: read(2000))
+        read_full_s = best_s(lambda: read(day_cycles))
         raw = sqlite3.connect(Path(tmp) / "day.sqlite")
-        read_raw_s = _best(
+        read_raw_s = best_s(
             lambda: raw.execute(
                 "SELECT * FROM samples WHERE target = ? AND ts >= ? AND ts <= ? ORDER BY ts",
                 ("k3-000", start, end),

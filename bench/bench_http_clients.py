@@ -46,6 +46,7 @@ import requests
 import requests.adapters
 import urllib3
 
+from bench.measure import process_cpu_s
 from collectors.http.exchange import exchange, read_body
 from collectors.http.failures import What
 from collectors.http.loop import HTTP_LOOP
@@ -55,7 +56,6 @@ from config import ScrapeSettings, Target
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
 _CHUNK = 64 * 1024
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 _SERVER = """
 import asyncio, json, sys
@@ -86,11 +86,6 @@ _QUERY = {
     "query": 'sum by (instance) (rate(sglang:spec_verify_ct_total{job="sglang"}[1m]))',
     "timeout": "3000ms",
 }
-
-
-def _cpu_s() -> float:
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _port(url: str) -> int:
@@ -259,9 +254,9 @@ def _sync_callers(port: int, sizes: dict[str, int], queries: int) -> dict[str, d
         for threads in (1, 4):
             for name, run in (("requests", _requests_posts), ("edge", _edge_posts)):
                 run(url, threads, threads)  # connect and warm up outside the measurement
-                cpu0, wall0 = _cpu_s(), time.perf_counter()
+                cpu0, wall0 = process_cpu_s(), time.perf_counter()
                 fetched = run(url, count, threads)
-                cpu, wall = _cpu_s() - cpu0, time.perf_counter() - wall0
+                cpu, wall = process_cpu_s() - cpu0, time.perf_counter() - wall0
                 if fetched != sizes[answer] * count:
                     raise RuntimeError(f"{name} fetched {fetched} bytes, expected {sizes[answer] * count}")
                 found[f"{name}_{answer}_threads{threads}"] = {
@@ -295,9 +290,9 @@ def main() -> dict[str, object]:
         per_request_us: dict[str, float] = {}
         for name, run in candidates.items():
             run(urls, 1)  # connect and warm up outside the measurement
-            cpu0 = _cpu_s()
+            cpu0 = process_cpu_s()
             fetched = run(urls, rounds)
-            cpu = _cpu_s() - cpu0
+            cpu = process_cpu_s() - cpu0
             if fetched != body_bytes * targets * rounds:
                 raise RuntimeError(
                     f"{name} fetched {fetched} bytes, expected {body_bytes * targets * rounds}"

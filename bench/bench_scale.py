@@ -31,7 +31,6 @@ import asyncio
 import gzip
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -46,7 +45,9 @@ import requests
 import yaml
 
 from bench.bench_prometheus import _free_port
-from bench.bench_scrape_vs_prometheus import _cpu_s, _rss_mb
+from bench.bench_scrape_vs_prometheus import _rss_mb
+from bench.loopback import Answer, keep_alive, listen
+from bench.measure import process_cpu_s, stop
 
 SERVERS = 5000
 TEMPLATES = 25
@@ -104,34 +105,23 @@ async def _serve(count: int, steps: int, interval_s: float) -> None:
     scrapes = array("q", [0]) * count
     started = time.monotonic()
 
-    def handler(index: int):  # type: ignore[no-untyped-def]
+    def answer_of(index: int) -> Answer:
         template = index % TEMPLATES
         steps_of = bodies[template]
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while True:  # keep-alive: one connection serves every cycle
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    path = head.split(b" ", 2)[1].split(b"?", 1)[0]
-                    if path == b"/metrics":
-                        step = min(int((time.monotonic() - started) / interval_s), len(steps_of) - 1)
-                        plain, zipped = steps_of[step]
-                        writer.write(zipped if b"gzip" in head.lower() else plain)
-                        scrapes[index] += 1
-                    elif path in (b"/server_info", b"/get_server_info"):
-                        writer.write(infos[template])
-                    else:
-                        writer.write(not_found)
-                    await writer.drain()
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, IndexError):
-                pass
-            finally:
-                writer.close()
+        def answer(path: bytes, head: bytes) -> bytes:
+            if path == b"/metrics":
+                step = min(int((time.monotonic() - started) / interval_s), len(steps_of) - 1)
+                plain, zipped = steps_of[step]
+                scrapes[index] += 1
+                return zipped if b"gzip" in head.lower() else plain
+            if path in (b"/server_info", b"/get_server_info"):
+                return infos[template]
+            return not_found
 
-        return handle
+        return answer
 
-    servers = [await asyncio.start_server(handler(i), "127.0.0.1", 0, backlog=256) for i in range(count)]
-    ports = [server.sockets[0].getsockname()[1] for server in servers]
+    ports = await listen((keep_alive(answer_of(i)) for i in range(count)), backlog=256)
     print(json.dumps({"ports": ports, "labels": [labels[i % TEMPLATES] for i in range(count)]}), flush=True)
     loop = asyncio.get_running_loop()
 
@@ -265,10 +255,18 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
             startup_s = time.monotonic() - started
             time.sleep(warmup_s)
             before = _exported(exporter_port)
-            cpu0, fleet0, scrapes0 = _cpu_s(process.pid), _cpu_s(fleet.process.pid), fleet.scrapes()
+            cpu0, fleet0, scrapes0 = (
+                process_cpu_s(process.pid),
+                process_cpu_s(fleet.process.pid),
+                fleet.scrapes(),
+            )
             t0, wall0 = time.monotonic(), time.time()
             time.sleep(window_s)
-            cpu1, fleet1, scrapes1 = _cpu_s(process.pid), _cpu_s(fleet.process.pid), fleet.scrapes()
+            cpu1, fleet1, scrapes1 = (
+                process_cpu_s(process.pid),
+                process_cpu_s(fleet.process.pid),
+                fleet.scrapes(),
+            )
             t1, wall1 = time.monotonic(), time.time()
             after = _exported(exporter_port)
             peak_rss_mb = _rss_mb(process.pid)
@@ -276,12 +274,7 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
             # Each row carries the time its scrape answered: the window's rows ≈ its scrapes.
             up_rows, down_rows = _rows(folder / "history.sqlite", wall0, wall1)
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+            stop(process, timeout_s=60)
         store_bytes = sum(p.stat().st_size for p in folder.glob("history.sqlite*"))
         log = (folder / "collector.log").read_text(errors="replace")
     span_s = t1 - t0

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from pathlib import Path
 import requests
 
 from bench.bench_prometheus import _free_port
+from bench.measure import process_cpu_s, stop
 from sim.fleet import SimFleet
 
 INTERVAL_S = 5
@@ -53,13 +53,7 @@ TIMEOUT_S = 3
 # cannot render 1,000 servers' whole bodies every 5 s, and the phase then measured the fleet, not the scraper.
 SIM_WINDOW_S = 80.0
 KEEPING_UP = 0.95  # a phase with fewer scrapes than this share of the expected ones is flagged
-_TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15 of stat)
 
 
 def _rss_mb(pid: int) -> float:
@@ -79,11 +73,11 @@ def _measure(
     time.sleep(warmup_s)
     if process.poll() is not None:
         raise RuntimeError(f"the measured process exited with {process.returncode} during warm-up")
-    cpu0, scrapes0, t0 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
-    fleet0 = _cpu_s(os.getpid())
+    cpu0, scrapes0, t0 = process_cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    fleet0 = process_cpu_s(os.getpid())
     time.sleep(window_s)
-    cpu1, scrapes1, t1 = _cpu_s(process.pid), _scrapes(fleet), time.monotonic()
-    fleet1 = _cpu_s(os.getpid())
+    cpu1, scrapes1, t1 = process_cpu_s(process.pid), _scrapes(fleet), time.monotonic()
+    fleet1 = process_cpu_s(os.getpid())
     cpu, scrapes = cpu1 - cpu0, scrapes1 - scrapes0
     return {
         "fleet_cores": round((fleet1 - fleet0) / (t1 - t0), 3),
@@ -95,15 +89,6 @@ def _measure(
         "cores": round(cpu / (t1 - t0), 3),
         "peak_rss_mb": round(_rss_mb(process.pid)),
     }
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def _collector(fleet: SimFleet, folder: Path) -> subprocess.Popen[bytes]:
@@ -147,7 +132,7 @@ def _prometheus(fleet: SimFleet, folder: Path) -> subprocess.Popen[bytes]:
         except requests.RequestException:
             pass
         time.sleep(0.2)
-    _stop(process)
+    stop(process)
     raise RuntimeError("prometheus did not become ready")
 
 
@@ -173,7 +158,7 @@ def main() -> dict[str, object]:
                 try:
                     ours = _measure(collector, fleet, warmup_s, window_s)
                 finally:
-                    _stop(collector)
+                    stop(collector)
                 store_bytes = sum(p.stat().st_size for p in folder.glob("history.sqlite*"))
                 for server in fleet.servers:  # a registry that resolves name[]: ~25 lines per body
                     server.honours_name_filter = True
@@ -181,12 +166,12 @@ def main() -> dict[str, object]:
                 try:
                     filtered = _measure(collector, fleet, warmup_s, window_s)
                 finally:
-                    _stop(collector)
+                    stop(collector)
                 prometheus = _prometheus(fleet, folder)
                 try:
                     theirs = _measure(prometheus, fleet, warmup_s, window_s)
                 finally:
-                    _stop(prometheus)
+                    stop(prometheus)
         finally:
             fleet.stop()
         result[f"servers_{size}"] = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import requests
 
+from bench.measure import process_cpu_s
 from collectors.model import Signals, TargetSnapshot
 from config import load_config
 from sim.fleet import SimFleet
@@ -37,12 +37,6 @@ PROMETHEUS_ACCEPT = (
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
 HISTORY = {"servers": 200, "duration_s": 6 * 3600.0, "step_s": 5.0}
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start_fleet_process(folder: Path) -> tuple[subprocess.Popen[str], list[str], float]:
@@ -86,18 +80,18 @@ def serving_cost() -> dict[str, object]:
         try:
             pool, sessions = ThreadPoolExecutor(WORKERS), [requests.Session() for _ in range(WORKERS)]
             _scrape_round(urls, pool, sessions)  # first scrape: warm-up windows, connections
-            cpu0, wall0 = _cpu_s(process.pid), time.perf_counter()
+            cpu0, wall0 = process_cpu_s(process.pid), time.perf_counter()
             time.sleep(INTERVAL_S)
-            idle_cores = (_cpu_s(process.pid) - cpu0) / (time.perf_counter() - wall0)
+            idle_cores = (process_cpu_s(process.pid) - cpu0) / (time.perf_counter() - wall0)
             samples: list[float] = []
-            cpu0, wall0 = _cpu_s(process.pid), time.perf_counter()
+            cpu0, wall0 = process_cpu_s(process.pid), time.perf_counter()
             for round_index in range(ROUNDS):
                 samples += _scrape_round(urls, pool, sessions)
                 time.sleep(max(0.0, wall0 + (round_index + 1) * INTERVAL_S - time.perf_counter()))
-            scraping_cpu, scraping_wall = _cpu_s(process.pid) - cpu0, time.perf_counter() - wall0
-            cpu0 = _cpu_s(process.pid)
+            scraping_cpu, scraping_wall = process_cpu_s(process.pid) - cpu0, time.perf_counter() - wall0
+            cpu0 = process_cpu_s(process.pid)
             _scrape_round(urls, pool, sessions)  # straight after: mostly the same window, served from cache
-            cached_cpu = _cpu_s(process.pid) - cpu0
+            cached_cpu = process_cpu_s(process.pid) - cpu0
             pool.shutdown()
         finally:
             process.terminate()

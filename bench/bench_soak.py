@@ -13,11 +13,9 @@ import json
 import sqlite3
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter
 from contextlib import closing
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import yaml
 from alerts.service import Service
 from config import parse_config
 from sim.fleet import SimFleet
+from sim.receiver import Receiver, notification_key
 
 T0 = 1_800_000_000.0
 STEP_S = 5.0  # simulated seconds between cycles, as in production
@@ -71,59 +70,6 @@ SOAK_SCENARIO: dict[str, Any] = {
 }
 
 
-class Receiver:
-    """A webhook receiver on a fixed loopback port that can go down (port closed) and come back."""
-
-    def __init__(self) -> None:
-        self.alerts: list[tuple[str, str, str]] = []
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-        self.up()
-        self.url = f"http://127.0.0.1:{self.port}/hook"
-
-    def up(self) -> None:
-        if self._server is not None:
-            return
-        owner = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                with owner._lock:
-                    owner.alerts += [_key(alert) for alert in body["alerts"]]
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02})
-        self._thread.start()
-
-    def down(self) -> None:
-        if self._server is None or self._thread is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
-        self._server = self._thread = None
-
-    def delivered(self) -> Counter[tuple[str, str, str]]:
-        with self._lock:
-            return Counter(self.alerts)
-
-
-def _key(alert: dict[str, Any]) -> tuple[str, str, str]:
-    when = alert["startsAt"] if alert["status"] == "firing" else alert["endsAt"]
-    return (str(alert["fingerprint"]), str(alert["status"]), str(when))
-
-
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -134,7 +80,7 @@ def _rss_mb() -> float:
 def _queued_notifications(store: Path, url: str) -> Counter[tuple[str, str, str]]:
     with closing(sqlite3.connect(store)) as db:
         rows = db.execute("SELECT payload FROM alert_outbox WHERE receiver = ?", (url,)).fetchall()
-    return Counter(_key(alert) for (payload,) in rows for alert in json.loads(payload)["alerts"])
+    return Counter(notification_key(alert) for (payload,) in rows for alert in json.loads(payload)["alerts"])
 
 
 def _notified_transitions(store: Path) -> Counter[tuple[str, str]]:
@@ -186,7 +132,7 @@ def run_soak(
         while (now_s := fleet.sim_time_s()) < sim_duration_s:
             if outage_s[0] <= now_s < outage_s[1]:
                 receiver.down()
-            elif now_s >= outage_s[1] and receiver._server is None:
+            elif now_s >= outage_s[1] and not receiver.is_up:
                 queued_at_outage_end = service.alert_store.queued_count()
                 receiver.up()
             began = time.monotonic()
@@ -215,7 +161,7 @@ def run_soak(
             db.execute("SELECT COUNT(*) FROM alert_outbox WHERE status != 'delivered'").fetchone()[0]
         )
     queued = _queued_notifications(store, receiver.url)
-    delivered = receiver.delivered()
+    delivered = Counter(receiver.alerts())
     notified = Counter((fp, status) for fp, status, _ in delivered)
     warm = [mb for fraction, mb in memory if fraction >= 0.1] or [_rss_mb()]
     second_half = [mb for fraction, mb in memory if fraction >= 0.5] or warm

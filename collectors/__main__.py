@@ -20,7 +20,7 @@ from types import FrameType
 from collectors.errors import CollectorError, StoreError
 from collectors.exporter import MetricsExporter
 from collectors.model import TargetSnapshot
-from collectors.probe_cli import probe
+from collectors.probe_cli import known_values, probe
 from collectors.probes.scheduler import start_probes
 from collectors.prometheus.recording_rules import export_recording_rules
 from collectors.runner import Collector
@@ -30,6 +30,10 @@ from config import Config, ConfigError, load_config
 log = logging.getLogger("specwatch.collectors")
 
 Command = Callable[[Config, argparse.Namespace], int]
+# The signals a snapshot's one-line summary shows (the rest: --json).
+SUMMARY_SIGNALS = (
+    "accept_length", "step_latency_s", "output_tok_s", "running", "queued", "state_pool_usage", "kv_usage",
+)  # fmt: skip
 
 
 def _summary(snapshot: TargetSnapshot) -> str:
@@ -37,22 +41,9 @@ def _summary(snapshot: TargetSnapshot) -> str:
         return f"{snapshot.target}: UNKNOWN — {snapshot.error}"  # the source could not say; not down
     if not snapshot.up:
         return f"{snapshot.target}: DOWN — {snapshot.error}"
-    signals = snapshot.signals
-    parts = [
-        f"{name}={value:.4g}"
-        for name, value in (
-            ("accept_length", signals.accept_length),
-            ("step_latency_s", signals.step_latency_s),
-            ("output_tok_s", signals.output_tok_s),
-            ("running", signals.running),
-            ("queued", signals.queued),
-            ("state_pool_usage", signals.state_pool_usage),
-            ("kv_usage", signals.kv_usage),
-        )
-        if value is not None
-    ]
+    parts = known_values(snapshot.signals, SUMMARY_SIGNALS)
     note = f" ({snapshot.error})" if snapshot.error else ""
-    return f"{snapshot.target}: up {' '.join(parts)} recipe={snapshot.recipe_id}{note}"
+    return f"{snapshot.target}: up {parts} recipe={snapshot.recipe_id}{note}"
 
 
 def _run_cycles(collector: Collector, config: Config, cycles: int, as_json: bool) -> int:

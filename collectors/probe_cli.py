@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from types import FrameType
 
 from collectors.errors import CollectorError
@@ -23,22 +24,17 @@ from collectors.store.probes import ProbeStore
 from config import Config
 
 
+def known_values(record: object, names: Sequence[str]) -> str:
+    """``name=value`` for each of ``names`` the record knows (unknown ones are left out, never shown as 0)."""
+    return " ".join(f"{name}={value:.4g}" for name in names if (value := getattr(record, name)) is not None)
+
+
 def _line(result: ProbeResult) -> str:
     head = f"{result.target} @ {result.context_tokens} tokens"
     if result.error:
         return f"{head}: {result.error}"
-    parts = [
-        f"{name}={value:.4g}"
-        for name, value in (
-            ("prompt_tokens", result.prompt_tokens),
-            ("accept_length", result.accept_length),
-            ("step_latency_s", result.step_latency_s),
-            ("ttft_s", result.ttft_s),
-            ("tpot_s", result.tpot_s),
-        )
-        if value is not None
-    ]
-    return f"{head}: {' '.join(parts)} recipe={result.recipe_id}"
+    parts = known_values(result, ("prompt_tokens", "accept_length", "step_latency_s", "ttft_s", "tpot_s"))
+    return f"{head}: {parts} recipe={result.recipe_id}"
 
 
 def probe(config: Config, args: argparse.Namespace) -> int:

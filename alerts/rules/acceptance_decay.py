@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import JOIN, Exported, PromQL, alert_rule, hysteresis, number, show
+from alerts.promql import JOIN, Exported, PromQL, hysteresis, number, show
 from alerts.rules.base import Rule, no_data, percent, setting
 from alerts.rules.probe_evidence import ProbeEvidence, probe_decay
 from alerts.rules.threshold import Bound, ThresholdSettings
@@ -312,50 +312,38 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
         mean_a, mean_lc = f"avg_over_time({a}[{w}])", f"avg_over_time({lc}[{w}])"
         var_lc = f"stddev_over_time({lc}[{w}]) ^ 2"
 
-        recordings = (
-            {
+        recordings = tuple(
+            {"record": record, "expr": expr}
+            for record, expr in (
                 # The engine's busy samples: accept length where at least min_running requests run.
-                "record": a,
-                "expr": f"{q.signal('accept_length')}\nand on ({JOIN}) {q.signal('running')} >= {floor}",
-            },
-            {"record": lc, "expr": f"ln({q.signal('avg_context_tokens')} > 0) and on ({JOIN}) {a}"},
-            {"record": step, "expr": f"ln({q.signal('step_latency_s')} > 0) and on ({JOIN}) {a}"},
-            {"record": f"{a}_x_log_context", "expr": f"{a} * {lc}"},
-            {"record": f"{step}_x_log_context", "expr": f"{step} * {lc}"},
-            {"record": f"{p}_samples", "expr": f"count_over_time({lc}[{w}])"},
-            {
-                "record": f"{p}_r",
-                "expr": f"{cov(a)}\n/ (stddev_over_time({a}[{w}]) * stddev_over_time({lc}[{w}]))",
-            },
-            {"record": f"{p}_slope", "expr": f"{cov(a)}\n/ stddev_over_time({lc}[{w}]) ^ 2"},
-            {"record": f"{p}_log_context_low", "expr": f"quantile_over_time({LOW_PHI}, {lc}[{w}])"},
-            {"record": f"{p}_log_context_high", "expr": f"quantile_over_time({HIGH_PHI}, {lc}[{w}])"},
-            {
-                "record": f"{p}_accept_low",
-                "expr": f"{mean_a} + {p}_slope * ({p}_log_context_low - {mean_lc})",
-            },
-            {
-                "record": f"{p}_accept_high",
-                "expr": f"{mean_a} + {p}_slope * ({p}_log_context_high - {mean_lc})",
-            },
-            {"record": f"{p}_decline", "expr": f"1 - {p}_accept_high / {p}_accept_low"},
-            {"record": f"{p}_context_ratio", "expr": f"exp({p}_log_context_high - {p}_log_context_low)"},
-            {"record": f"{p}_context_low_tokens", "expr": f"exp({p}_log_context_low)"},
-            {"record": f"{p}_context_high_tokens", "expr": f"exp({p}_log_context_high)"},
-            {"record": f"{p}_t", "expr": f"{p}_r * sqrt({df} / (1 - {p}_r ^ 2))"},
-            {
+                (a, f"{q.signal('accept_length')}\nand on ({JOIN}) {q.signal('running')} >= {floor}"),
+                (lc, f"ln({q.signal('avg_context_tokens')} > 0) and on ({JOIN}) {a}"),
+                (step, f"ln({q.signal('step_latency_s')} > 0) and on ({JOIN}) {a}"),
+                (f"{a}_x_log_context", f"{a} * {lc}"),
+                (f"{step}_x_log_context", f"{step} * {lc}"),
+                (f"{p}_samples", f"count_over_time({lc}[{w}])"),
+                (f"{p}_r", f"{cov(a)}\n/ (stddev_over_time({a}[{w}]) * stddev_over_time({lc}[{w}]))"),
+                (f"{p}_slope", f"{cov(a)}\n/ stddev_over_time({lc}[{w}]) ^ 2"),
+                (f"{p}_log_context_low", f"quantile_over_time({LOW_PHI}, {lc}[{w}])"),
+                (f"{p}_log_context_high", f"quantile_over_time({HIGH_PHI}, {lc}[{w}])"),
+                (f"{p}_accept_low", f"{mean_a} + {p}_slope * ({p}_log_context_low - {mean_lc})"),
+                (f"{p}_accept_high", f"{mean_a} + {p}_slope * ({p}_log_context_high - {mean_lc})"),
+                (f"{p}_decline", f"1 - {p}_accept_high / {p}_accept_low"),
+                (f"{p}_context_ratio", f"exp({p}_log_context_high - {p}_log_context_low)"),
+                (f"{p}_context_low_tokens", f"exp({p}_log_context_low)"),
+                (f"{p}_context_high_tokens", f"exp({p}_log_context_high)"),
+                (f"{p}_t", f"{p}_r * sqrt({df} / (1 - {p}_r ^ 2))"),
                 # Cornish–Fisher critical t for p < significance with n−2 degrees of freedom, per series.
-                "record": f"{p}_t_critical",
-                "expr": f"{z:.6f} + {c1:.6f} / (4 * {df}) + {c2:.6f} / (96 * {df} ^ 2)",
-            },
-            {
-                "record": f"{p}_step_ratio",
-                "expr": f"exp({cov(step)}\n/ {var_lc} * ({p}_log_context_high - {p}_log_context_low))",
-            },
-            {
-                "record": f"{p}_step_cost_share",
-                "expr": f"ln({p}_step_ratio) / (ln({p}_step_ratio) + ln({p}_accept_low / {p}_accept_high))",
-            },
+                (f"{p}_t_critical", f"{z:.6f} + {c1:.6f} / (4 * {df}) + {c2:.6f} / (96 * {df} ^ 2)"),
+                (
+                    f"{p}_step_ratio",
+                    f"exp({cov(step)}\n/ {var_lc} * ({p}_log_context_high - {p}_log_context_low))",
+                ),
+                (
+                    f"{p}_step_cost_share",
+                    f"ln({p}_step_ratio) / (ln({p}_step_ratio) + ln({p}_accept_low / {p}_accept_high))",
+                ),
+            )
         )
         grows = f"{p}_context_ratio >= {number(s.min_context_ratio)}\n  and {p}_samples >= {s.min_samples}"
         significant = f"\n  and {p}_t < -{p}_t_critical"
@@ -369,16 +357,12 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
             f"{show(p + '_step_cost_share', share)}, the rest is the draft."
         )
         return Exported(
-            alert_rule(
-                self.name,
+            self.alert(
                 hysteresis(
                     f"{p}_decline > {number(s.noise_band)}\n  and {grows}{significant}",
                     f"{p}_decline > {number(s.recover_band)}\n  and {grows}{falling}",
                     self.name,
                 ),
-                for_s=s.for_s,
-                keep_firing_for_s=s.keep_firing_for_s,
-                severity=s.severity,
                 summary="Accept length on {{ $labels.instance }} falls {{ $value | humanizePercentage }} as "
                 "context grows",
                 description=description,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from alerts.model import SEVERITIES, Condition, Evaluation
-from alerts.promql import Exported, PromQL
+from alerts.promql import Exported, PromQL, alert_rule
 from alerts.window import TargetHistory
 from collectors.history import HistoryReader
 from collectors.model import Recipe, SourceHealth, TargetSnapshot
@@ -156,6 +156,12 @@ class Rule(ABC, Generic[SettingsT]):
     settings_class: ClassVar[type[RuleSettings]]
     # Why ``export`` returns None: the rule file's header prints it, so the omission is never silent.
     not_exported: ClassVar[str] = ""
+    # True for TargetDown alone: a down target's instances of every other rule are suspended instead.
+    applies_when_down: ClassVar[bool] = False
+    # True for SourceDown: evaluated once from the source's health (``evaluate_source``), never per target.
+    watches_source: ClassVar[bool] = False
+    # True for ErrorBudgetBurn: evaluated once per SLO and scope from the SLO counts (``evaluate_scope``).
+    watches_slos: ClassVar[bool] = False
 
     def __init__(self, settings: SettingsT) -> None:
         self.settings = settings
@@ -191,26 +197,11 @@ class Rule(ABC, Generic[SettingsT]):
         """Seconds of the previous recipe kept at a recipe change (AcceptLengthRegression's baseline)."""
         return 0.0
 
-    @property
-    def applies_when_down(self) -> bool:
-        """False for every rule but TargetDown: a down target's instances are suspended instead."""
-        return False
-
-    @property
-    def watches_source(self) -> bool:
-        """True for SourceDown: evaluated once from the source's health, never per target."""
-        return False
-
     def evaluate_source(
         self, health: SourceHealth, blind_since: float | None, now: float
     ) -> Sequence[Evaluation]:
         """Verdicts about the source itself (rules with ``watches_source``); [] for per-target rules."""
         return []
-
-    @property
-    def watches_slos(self) -> bool:
-        """True for ErrorBudgetBurn: evaluated once per SLO and scope from the SLO counts, not per target."""
-        return False
 
     def evaluate_scope(
         self,
@@ -240,6 +231,19 @@ class Rule(ABC, Generic[SettingsT]):
     def export(self, q: PromQL) -> Exported | None:
         """The same rule as Prometheus alerting (and recording) rules; None when PromQL cannot judge what
         the engine judges (``not_exported`` says why)."""
+
+    def alert(self, expr: str, *, summary: str, description: str) -> dict[str, Any]:
+        """This rule as a Prometheus alerting rule on ``expr``, with its configured for, keep_firing_for and
+        severity."""
+        return alert_rule(
+            self.name,
+            expr,
+            for_s=self.for_s,
+            keep_firing_for_s=self.keep_firing_for_s,
+            severity=self.severity,
+            summary=summary,
+            description=description,
+        )
 
     def window(self, history: TargetHistory, now: float) -> list[TargetSnapshot]:
         """The up snapshots inside ``window_s`` (at least the latest one)."""

@@ -60,14 +60,11 @@ class ErrorBudgetBurnSettings(RuleSettings):
 class ErrorBudgetBurn(Rule[ErrorBudgetBurnSettings]):
     name = "ErrorBudgetBurn"
     settings_class = ErrorBudgetBurnSettings
+    watches_slos = True
 
     def __init__(self, settings: ErrorBudgetBurnSettings) -> None:
         super().__init__(settings)
         self._attributions: dict[tuple[str, str, str], tuple[float, Attribution]] = {}
-
-    @property
-    def watches_slos(self) -> bool:
-        return True
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]

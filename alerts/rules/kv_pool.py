@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Evaluation
-from alerts.promql import Exported, PromQL, alert_rule
+from alerts.promql import Exported, PromQL
 from alerts.rules.base import mean_signal, no_data, percent, setting
 from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
@@ -65,15 +65,8 @@ class KVPoolSaturation(ThresholdRule[KVPoolSettings]):
         )
 
     def export(self, q: PromQL) -> Exported:
-        s = self.settings
-        return Exported(
-            alert_rule(
-                self.name,
-                self.exported_expr(q),
-                for_s=s.for_s,
-                keep_firing_for_s=s.keep_firing_for_s,
-                severity=s.severity,
-                summary="KV cache at {{ $value | humanizePercentage }} on {{ $labels.instance }}",
-                description="The full-attention KV cache is at {{ $value | humanizePercentage }}.",
-            )
+        return self.exported(
+            q,
+            summary="KV cache at {{ $value | humanizePercentage }} on {{ $labels.instance }}",
+            description="The full-attention KV cache is at {{ $value | humanizePercentage }}.",
         )

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Evaluation
-from alerts.promql import Exported, PromQL, alert_rule
+from alerts.promql import Exported, PromQL
 from alerts.rules.base import mean_signal, no_data, percent, setting
 from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
@@ -74,17 +74,11 @@ class QueueBacklog(ThresholdRule[QueueBacklogSettings]):
 
     def export(self, q: PromQL) -> Exported:
         s = self.settings
-        return Exported(
-            alert_rule(
-                self.name,
-                self.exported_expr(q),
-                for_s=s.for_s,
-                keep_firing_for_s=s.keep_firing_for_s,
-                severity=s.severity,
-                summary="Backlog on {{ $labels.instance }}: queue length or TTFT (s) at {{ $value }}",
-                description=(
-                    f"At least {s.max_queued:g} requests queued or time to first token at or above "
-                    f"{s.max_ttft_s:g} s."
-                ),
-            )
+        return self.exported(
+            q,
+            summary="Backlog on {{ $labels.instance }}: queue length or TTFT (s) at {{ $value }}",
+            description=(
+                f"At least {s.max_queued:g} requests queued or time to first token at or above "
+                f"{s.max_ttft_s:g} s."
+            ),
         )

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import JOIN, Exported, PromQL, alert_rule, number
+from alerts.promql import JOIN, Exported, PromQL, number
 from alerts.rules.base import no_data, percent, recipe_of, setting
 from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
@@ -97,19 +97,14 @@ class RadixCacheWaste(ThresholdRule[RadixWasteSettings]):
             f"\n  and on ({JOIN}) {q.raw_gauge('kv_evictable_tokens')} > 0\n  and on ({JOIN}) "
             f"{q.signal('running')} >= {number(s.min_running)}"
         )
-        return Exported(
-            alert_rule(
-                self.name,
-                self.exported_expr(q, also=context),
-                for_s=s.for_s,
-                keep_firing_for_s=s.keep_firing_for_s,
-                severity=s.severity,
-                summary="Radix cache on {{ $labels.instance }} hits {{ $value | humanizePercentage }} under "
-                "state-pool pressure",
-                description=(
-                    "The radix cache is on (evictable slots exist) but its hit rate is {{ $value | "
-                    "humanizePercentage }} while the state pool is under pressure: it reserves state "
-                    "buffers for prefixes that never repeat. Consider --disable-radix-cache."
-                ),
-            )
+        return self.exported(
+            q,
+            summary="Radix cache on {{ $labels.instance }} hits {{ $value | humanizePercentage }} under "
+            "state-pool pressure",
+            description=(
+                "The radix cache is on (evictable slots exist) but its hit rate is {{ $value | "
+                "humanizePercentage }} while the state pool is under pressure: it reserves state "
+                "buffers for prefixes that never repeat. Consider --disable-radix-cache."
+            ),
+            also=context,
         )

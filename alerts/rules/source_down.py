@@ -30,14 +30,11 @@ class SourceDownSettings(RuleSettings):
 class SourceDown(Rule[SourceDownSettings]):
     name = "SourceDown"
     settings_class = SourceDownSettings
+    watches_source = True
     not_exported = (
         "Prometheus cannot alert on its own absence. Page on its silence instead: an always-firing "
         "`vector(1)` Watchdog rule routed through Alertmanager to a dead man's switch service"
     )
-
-    @property
-    def watches_source(self) -> bool:
-        return True
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Evaluation
-from alerts.promql import Exported, PromQL, alert_rule
+from alerts.promql import Exported, PromQL
 from alerts.rules.base import mean_signal, no_data, percent, recipe_of, setting
 from alerts.rules.threshold import Bound, ThresholdRule, ThresholdSettings
 from alerts.window import TargetHistory
@@ -84,24 +84,17 @@ class StatePoolSaturation(ThresholdRule[StatePoolSettings]):
         )
 
     def export(self, q: PromQL) -> Exported:
-        s = self.settings
         kv = (
             f"{{{{ with printf \"{q.signal('kv_usage')}{{instance='%s'}}\" $labels.instance | query }}}}"
             "{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}"
         )
-        return Exported(
-            alert_rule(
-                self.name,
-                self.exported_expr(q),
-                for_s=s.for_s,
-                keep_firing_for_s=s.keep_firing_for_s,
-                severity=s.severity,
-                summary=f"State pool at {{{{ $value | humanizePercentage }}}} on {{{{ $labels.instance }}}}; "
-                f"KV {kv}",
-                description=(
-                    "State pool at {{ $value | humanizePercentage }} of slots with requests queued "
-                    f"while the KV cache is at {kv}: short of recurrent-state slots, not cache. Raising "
-                    "--max-running-requests trades token budget for slots and makes it worse."
-                ),
-            )
+        return self.exported(
+            q,
+            summary=f"State pool at {{{{ $value | humanizePercentage }}}} on {{{{ $labels.instance }}}}; "
+            f"KV {kv}",
+            description=(
+                "State pool at {{ $value | humanizePercentage }} of slots with requests queued "
+                f"while the KV cache is at {kv}: short of recurrent-state slots, not cache. Raising "
+                "--max-running-requests trades token budget for slots and makes it worse."
+            ),
         )

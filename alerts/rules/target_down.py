@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
-from alerts.promql import Exported, PromQL, alert_rule
+from alerts.promql import Exported, PromQL
 from alerts.rules.base import Rule, RuleSettings, setting
 from alerts.window import TargetHistory
 from collectors.model import Recipe
@@ -21,10 +21,7 @@ class TargetDownSettings(RuleSettings):
 class TargetDown(Rule[TargetDownSettings]):
     name = "TargetDown"
     settings_class = TargetDownSettings
-
-    @property
-    def applies_when_down(self) -> bool:
-        return True
+    applies_when_down = True
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
@@ -61,12 +58,8 @@ class TargetDown(Rule[TargetDownSettings]):
 
     def export(self, q: PromQL) -> Exported:
         return Exported(
-            alert_rule(
-                self.name,
+            self.alert(
                 f"{q.up()} == 0",
-                for_s=self.for_s,
-                keep_firing_for_s=self.keep_firing_for_s,
-                severity=self.severity,
                 summary="{{ $labels.instance }} is down",
                 description=f"Prometheus has not scraped {{{{ $labels.instance }}}} for {self.for_s:g} s.",
             )

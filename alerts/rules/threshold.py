@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from alerts.model import Condition
-from alerts.promql import JOIN, PromQL, hysteresis, number
+from alerts.promql import JOIN, Exported, PromQL, hysteresis, number
 from alerts.rules.base import Rule, RuleSettings, mean_signal, setting
 from collectors.model import TargetSnapshot
 
@@ -109,3 +109,7 @@ class ThresholdRule(Rule[ThresholdSettingsT]):
         fire = joiner.join(b.fire_expr(series[b.value], s) for b in s.bounds)
         held = [h for b in s.bounds if (h := b.hold_expr(series[b.value], s)) is not None]
         return hysteresis(fire + also, joiner.join(held) + also, self.name)
+
+    def exported(self, q: PromQL, *, summary: str, description: str, also: str = "") -> Exported:
+        """The alert on ``exported_expr`` (no recording rules of its own: it reads the catalogue's)."""
+        return Exported(self.alert(self.exported_expr(q, also), summary=summary, description=description))

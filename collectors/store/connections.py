@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from collectors.errors import StoreError
@@ -71,6 +72,17 @@ class ThreadConnections:
                     self._connections.pop(thread).close()
                 self._connections[threading.current_thread()] = connection
         return connection
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        """The rows of one read on this thread's connection; StoreError (naming the store) on failure."""
+        try:
+            return self.get().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._what} {self.path}: read failed: {exc}") from exc
+
+    def has_table(self, name: str) -> bool:
+        """Whether the file holds table ``name`` yet (a reader may open it before any writer made it)."""
+        return bool(self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     def open_count(self) -> int:
         with self._lock:

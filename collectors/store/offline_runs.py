@@ -140,7 +140,7 @@ class OfflineRunStore:
 
     def runs(self, recipe_ids: Iterable[str] | None = None) -> list[OfflineRun]:
         """Stored runs (of ``recipe_ids`` if given), by recipe, then concurrency, then import order."""
-        if not self._has_table():
+        if not self._connections.has_table("offline_runs"):
             return []
         sql = f"SELECT {', '.join(COLUMNS)} FROM offline_runs"
         params: list[object] = []
@@ -149,7 +149,7 @@ class OfflineRunStore:
             sql += f" WHERE recipe_id IN ({', '.join('?' for _ in wanted)})"
             params.extend(wanted)
         sql += " ORDER BY recipe_id, max_concurrency, imported_ts, source_file, source_line"
-        return [_run_of(row) for row in self._query(sql, params)]
+        return [_run_of(row) for row in self._connections.query(sql, params)]
 
     def frame(self, recipe_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """``runs`` as a DataFrame (one column per field, plus the derived lanes), for charts."""
@@ -166,18 +166,8 @@ class OfflineRunStore:
         extra = ["per_request_tok_s", "output_tok_s_per_gpu", "step_latency_ms"]
         return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
 
-    def _has_table(self) -> bool:
-        found = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'offline_runs'", [])
-        return bool(found)
-
     def close(self) -> None:
         self._connections.close_all()
-
-    def _query(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
-        try:
-            return self._connections.get().execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"offline-run store {self.path}: read failed: {exc}") from exc
 
 
 def _run_of(row: Sequence[object]) -> OfflineRun:

@@ -16,6 +16,7 @@ import pandas as pd
 from collectors.errors import StoreError
 from collectors.probe_result import ProbeResult
 from collectors.store.connections import ThreadConnections
+from collectors.store.where import ts_and_targets
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ProbeResult))
 _TEXT_COLUMNS = frozenset({"target", "recipe_id", "request_id", "error"})
@@ -55,26 +56,21 @@ class ProbeStore:
 
     def read(self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None) -> pd.DataFrame:
         """Probe rows in [start_ts, end_ts], oldest first (one column per ``ProbeResult`` field)."""
-        sql = f"SELECT {', '.join(COLUMNS)} FROM probes WHERE ts >= ? AND ts <= ?"
-        params: list[object] = [start_ts, end_ts]
-        if targets is not None:
-            sql += f" AND target IN ({', '.join('?' for _ in targets)})"
-            params.extend(targets)
-        if not self._has_table():
+        where, params = ts_and_targets(start_ts, end_ts, targets)
+        if not self._connections.has_table("probes"):
             return pd.DataFrame(columns=list(COLUMNS))
-        rows = self._query(sql + " ORDER BY ts", params)
+        rows = self._connections.query(
+            f"SELECT {', '.join(COLUMNS)} FROM probes WHERE {where} ORDER BY ts", params
+        )
         frame = pd.DataFrame(rows, columns=list(COLUMNS))
         for name in COLUMNS:
             if name not in _TEXT_COLUMNS:  # a column of only NULLs would otherwise be objects, not NaN
                 frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(float)
         return frame
 
-    def _has_table(self) -> bool:
-        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'probes'", []))
-
     def spent_since(self, since_ts: float) -> list[tuple[str, float, int]]:
         """(target, ts, tokens) of every probe request sent since ``since_ts`` (a skip costs nothing)."""
-        rows = self._query(
+        rows = self._connections.query(
             "SELECT target, ts, COALESCE(prompt_tokens, context_tokens) + COALESCE(completion_tokens, 0) "
             "FROM probes WHERE ts >= ? AND request_id != ''",  # a skipped sweep sent nothing
             [since_ts],
@@ -83,7 +79,7 @@ class ProbeStore:
 
     def last_sweep_ts(self) -> dict[str, float]:
         """When each target was last swept (sent or skipped)."""
-        rows = self._query("SELECT target, MAX(ts) FROM probes GROUP BY target", [])
+        rows = self._connections.query("SELECT target, MAX(ts) FROM probes GROUP BY target", [])
         return {str(target): float(ts) for target, ts in rows}  # type: ignore[arg-type]
 
     def prune(self, older_than_ts: float) -> int:
@@ -95,9 +91,3 @@ class ProbeStore:
 
     def close(self) -> None:
         self._connections.close_all()
-
-    def _query(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
-        try:
-            return self._connections.get().execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"probe store {self.path}: read failed: {exc}") from exc

@@ -38,6 +38,7 @@ from collectors.store.tiers import (
     tier_rows,
     upsert_sql,
 )
+from collectors.store.where import ts_and_targets
 
 # 2: rollup tiers and latest_samples (filled from a version-1 store's rows on open); 3: the GPU and cost
 # signals' columns (added to a version-2 store's tables in place: ``migrate.add_signal_columns``).
@@ -78,10 +79,6 @@ UPSERT_LATEST = (
 # History written beside a live collector (the demo's past): a row replaces a target's latest only if newer.
 UPSERT_LATEST_IF_NEWER = UPSERT_LATEST + " WHERE excluded.ts >= latest_samples.ts"
 _UPSERTS = {tier.table: upsert_sql(tier) for tier in TIERS}
-
-
-def _placeholders(values: Sequence[object]) -> str:
-    return ", ".join("?" for _ in values)
 
 
 def sample_row(s: TargetSnapshot) -> tuple[object, ...]:
@@ -167,10 +164,7 @@ class SqliteStore:
             raise StoreError(f"history store {self.path}: write failed: {exc}") from exc
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        try:
-            return self._connect().execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"history store {self.path}: read failed: {exc}") from exc
+        return self._connections.query(sql, params)
 
     # -- writes ----------------------------------------------------------------------------------------------
     def append(self, snapshots: Sequence[TargetSnapshot], *, backfill: bool = False) -> None:
@@ -338,13 +332,9 @@ class SqliteStore:
     def read_events(
         self, start_ts: float, end_ts: float, targets: Sequence[str] | None = None
     ) -> list[Event]:
-        where = "ts >= ? AND ts <= ?"
-        params: list[object] = [start_ts, end_ts]
-        if targets is not None:
-            if not targets:
-                return []
-            where += f" AND target IN ({_placeholders(targets)})"
-            params.extend(targets)
+        if targets is not None and not targets:
+            return []
+        where, params = ts_and_targets(start_ts, end_ts, targets)
         rows = self._query(f"SELECT ts, target, kind, detail FROM events WHERE {where} ORDER BY ts", params)
         # kind is one of EventKind by construction: only Event objects are ever written.
         return [

@@ -42,12 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def fleet_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("capacity-cli")
-    filled = af.fill(folder, "fleet", af.FLEET, af.FLEET_S / 3600.0, time.time(), window_s=af.STEP_S)
-    # One more configured server with no deployment label, never scraped.
-    return af.write_config(
-        folder / "fleet.yaml", filled.store_path, targets=[{"name": "spare-1", "url": "http://127.0.0.1:9"}]
-    )
+    return af.fleet_config(tmp_path_factory.mktemp("capacity-cli"))
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

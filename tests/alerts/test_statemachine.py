@@ -29,6 +29,7 @@ def run(steps: list[tuple[float, Condition]], timing: Timing = Timing()) -> list
     return seen
 
 
+# Tables of timed inputs: (timestamped conditions, the state after each), one row per behaviour.
 CASES = {
     "a breach held for for_s fires, not a second earlier": (
         [(0, B), (30, B), (59.9, B), (60, B)],

@@ -15,6 +15,7 @@ rarely matter), and the running count is what the scaling curve bins by.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,16 @@ def write_config(
         config["slos"] = slos
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
+
+
+def fill_fleet(folder: Path, *, slos: tuple[Slo, ...] = ()) -> Filled:
+    """``FLEET``'s last ``FLEET_S``, ending now, into ``folder/fleet.sqlite``."""
+    return fill(folder, "fleet", FLEET, FLEET_S / 3600.0, time.time(), window_s=STEP_S, slos=slos)
+
+
+def fleet_config(folder: Path) -> Path:
+    """``FLEET`` filled into ``folder`` and a config reading it, with one more configured server that has no
+    deployment label and is never scraped."""
+    filled = fill_fleet(folder)
+    spare = {"name": "spare-1", "url": "http://127.0.0.1:9"}
+    return write_config(folder / "fleet.yaml", filled.store_path, targets=[spare])

@@ -33,7 +33,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> af.Filled:
     folder = tmp_path_factory.mktemp("advice-fleet")
     config = af.write_config(folder / "slo.yaml", folder / "fleet.sqlite", slos=[af.IDLE_TTFT_SLO])
     slos = build_slos(load_config(config))
-    return af.fill(folder, "fleet", af.FLEET, af.FLEET_S / 3600.0, time.time(), window_s=af.STEP_S, slos=slos)
+    return af.fill_fleet(folder, slos=slos)
 
 
 def advise(store_path: Path, now: float, **kw: Any) -> dict[str, DeploymentAdvice]:

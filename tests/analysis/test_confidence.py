@@ -16,7 +16,7 @@ def _ratio_interval_at_once(
     a_rows: pd.DataFrame, b_rows: pd.DataFrame, seed: int = 0
 ) -> RatioInterval | None:
     """The version that held (RESAMPLES, n) arrays: the reference."""
-    # `duplicates` pairs this with views/confidence.py: deliberately, a test oracle restates the replaced
+    # `duplicates` pairs this with analysis/confidence.py: deliberately, a test oracle restates the replaced
     # code instead of calling the code under test.
     a, b = window_means(a_rows), window_means(b_rows)
     if len(a) < MIN_WINDOWS or len(b) < MIN_WINDOWS:

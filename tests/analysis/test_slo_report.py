@@ -26,16 +26,14 @@ from tests.collectors.slo_service import (
     Clock,
     cycle,
     make_service,
-    start_servers,
+    running_servers,
 )
 
 
 @pytest.fixture
 def servers() -> Iterator[dict[str, MechanismServer]]:
-    made = start_servers()
-    yield made
-    for server in made.values():
-        server.stop()
+    with running_servers() as made:
+        yield made
 
 
 def _burn_after_baseline(
@@ -112,8 +110,7 @@ def test_no_baseline_means_no_attribution_and_says_why(
     tmp_path: Path, servers: dict[str, MechanismServer]
 ) -> None:
     clock = Clock()
-    service = make_service(tmp_path, servers, clock, TTFT_1S)
-    try:
+    with make_service(tmp_path, servers, clock, TTFT_1S) as service:
         cycle(service, clock)
         for _ in range(20):
             servers["east-a"].serve(30, context_tokens=4096, queue_s=2.0)
@@ -121,16 +118,13 @@ def test_no_baseline_means_no_attribution_and_says_why(
         result = attribute(service.slo_ledger, service.slos[0], Scope(), clock.now, history=service.store)
         assert result.shares is None
         assert "did not burn" in result.reason
-    finally:
-        service.stop()
 
 
 def test_goodput_bounds_bracket_the_requests_that_met_every_slo(
     tmp_path: Path, servers: dict[str, MechanismServer]
 ) -> None:
     clock = Clock()
-    service = make_service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS)
-    try:
+    with make_service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS) as service:
         cycle(service, clock)
         for _minute in range(5):
             for n, server in enumerate(servers.values()):
@@ -144,8 +138,6 @@ def test_goodput_bounds_bracket_the_requests_that_met_every_slo(
         assert whole.upper_rps is not None
         assert whole.lower_rps <= met + 1e-9 <= whole.upper_rps + 2e-9
         assert whole.lower_rps < whole.upper_rps  # the two SLOs failed different requests
-    finally:
-        service.stop()
 
 
 def test_probe_goodput_counts_the_probe_requests_that_met_every_latency_slo(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@ collector (counting) and of the analyses (the report on those counts) both drive
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alerts.service import Service
@@ -25,9 +27,15 @@ class Clock:
         return self.now
 
 
-def start_servers() -> dict[str, MechanismServer]:
-    """Three servers in two deployments (east-a, east-b, west-a); stop each when done."""
-    return {name: MechanismServer(seed=n) for n, name in enumerate(("east-a", "east-b", "west-a"))}
+@contextmanager
+def running_servers() -> Iterator[dict[str, MechanismServer]]:
+    """Three servers in two deployments (east-a, east-b, west-a), stopped on exit."""
+    made = {name: MechanismServer(seed=n) for n, name in enumerate(("east-a", "east-b", "west-a"))}
+    try:
+        yield made
+    finally:
+        for server in made.values():
+            server.stop()
 
 
 def make_service(tmp_path: Path, servers: dict[str, MechanismServer], clock: Clock, *slos: object) -> Service:

@@ -31,7 +31,7 @@ from tests.collectors.slo_service import (
     Clock,
     cycle,
     make_service,
-    start_servers,
+    running_servers,
     truth,
 )
 
@@ -146,18 +146,15 @@ def test_counts_across_a_restart_are_unknown_not_negative() -> None:
 # -- end to end on loopback servers --------------------------------------------------------------------------
 @pytest.fixture
 def servers() -> Iterator[dict[str, MechanismServer]]:
-    made = start_servers()
-    yield made
-    for server in made.values():
-        server.stop()
+    with running_servers() as made:
+        yield made
 
 
 def test_attainment_and_budget_match_the_requests_the_servers_served(
     tmp_path: Path, servers: dict[str, MechanismServer]
 ) -> None:
     clock = Clock()
-    service = make_service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS, AVAILABILITY)
-    try:
+    with make_service(tmp_path, servers, clock, TTFT_1S, TPOT_40MS, AVAILABILITY) as service:
         cycle(service, clock)  # the first scrape: a baseline, nothing counted
         for minute in range(30):
             for n, server in enumerate(servers.values()):
@@ -188,8 +185,6 @@ def test_attainment_and_budget_match_the_requests_the_servers_served(
                 slo_status(stored, slo, Scope(), now).period == slo_status(ledger, slo, Scope(), now).period
             )
         stored.close()
-    finally:
-        service.stop()
 
 
 def test_a_restart_keeps_the_budget_spent_and_the_windows_full(
@@ -204,15 +199,12 @@ def test_a_restart_keeps_the_budget_spent_and_the_windows_full(
     (slo,) = service.slos
     before = slo_status(service.slo_ledger, slo, Scope(), clock.now)
     service.stop()
-    again = make_service(tmp_path, servers, clock, TTFT_1S)
-    try:
+    with make_service(tmp_path, servers, clock, TTFT_1S) as again:
         after = slo_status(again.slo_ledger, slo, Scope(), clock.now)
         assert after.period == before.period
         assert after.period.total == 500
         assert after.burn_rates == before.burn_rates
         assert after.burn_rates["5m"] == pytest.approx(100.0)
-    finally:
-        again.stop()
 
 
 def test_a_server_without_the_threshold_bucket_is_unknown_and_says_why(
@@ -220,8 +212,7 @@ def test_a_server_without_the_threshold_bucket_is_unknown_and_says_why(
 ) -> None:
     clock = Clock()
     slo = {**TTFT_1S, "sli": {"kind": "ttft", "threshold_s": 0.9}, "buckets": [0.9]}
-    service = make_service(tmp_path, servers, clock, slo)
-    try:
+    with make_service(tmp_path, servers, clock, slo) as service:
         cycle(service, clock)
         servers["east-a"].serve(10, context_tokens=2048)
         cycle(service, clock)
@@ -230,8 +221,6 @@ def test_a_server_without_the_threshold_bucket_is_unknown_and_says_why(
         assert snapshot.error is not None
         assert "no bucket le=0.9" in snapshot.error
         assert slo_status(service.slo_ledger, service.slos[0], Scope(), clock.now).attainment is None
-    finally:
-        service.stop()
 
 
 def test_the_cli_prints_one_json_line_per_slo_and_scope_then_goodput(

@@ -23,6 +23,8 @@ _TIER_COLUMNS = ", ".join(
     f"{n}_sum REAL NOT NULL, {n}_n INTEGER NOT NULL, {n}_min REAL, {n}_max REAL, {n}_last REAL"
     for n in SCHEMA_2_SIGNALS
 )
+# Schema 2 as that collector wrote it, spelled out on purpose (`duplicates` pairs it with tiers.py and with
+# version 1 in test_store_tiers.py): an old file's layout is frozen, whatever the store writes today.
 SCHEMA_2 = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO meta VALUES ('schema_version', '2');

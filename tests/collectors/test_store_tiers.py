@@ -103,6 +103,7 @@ def test_raw_rows_go_after_hours_and_the_rollups_keep_the_day(tmp_path: Path) ->
     store.close()
 
 
+# Version 1 as it was written, frozen on purpose (schema 2's is in test_store_migration.py).
 _VERSION_1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO meta VALUES ('schema_version', '1');

@@ -51,6 +51,7 @@ def test_json_files_load_too(tmp_path: Path) -> None:
     assert load_config(path).targets[0].url == "https://a:1"  # trailing slash dropped: paths are appended
 
 
+# The invalid-input table: (file text, the key the error names, words the message must hold).
 BAD_FILES = [
     ("scrap: {interval_s: 5}\n", "scrap", "expected a known key"),
     ("scrape: {interval_s: 5, timout_s: 3}\n", "scrape.timout_s", "expected a known key"),

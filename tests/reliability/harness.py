@@ -1,5 +1,6 @@
-"""Pieces the fault tests share: a webhook receiver that can go down and come back on the same port, tiny
-misbehaving servers the simulator does not offer (connection resets), a settable clock, and store checks.
+"""Pieces the fault tests share: tiny misbehaving servers the simulator does not offer (connection resets), a
+settable clock, store checks, and a simulated fleet from a scenario written inline. The webhook receiver that
+can go down and come back on the same port is ``sim.receiver`` (the soak benchmark drives it too).
 """
 
 from __future__ import annotations
@@ -8,84 +9,19 @@ import json
 import socket
 import sqlite3
 import struct
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from sim.fleet import SimFleet
+from sim.receiver import Receiver as Receiver  # re-exported: the fault tests import it from here
+from sim.receiver import notification_key
 from tests.collectors.servers import FakeSGLang, Handler, LoopbackServer
-
-
-class Receiver:
-    """An Alertmanager-webhook receiver on a fixed loopback port: ``down()`` closes the port (connections are
-    refused), ``up()`` listens again on the same port. Every delivered body is kept, in order."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.arrived_at: list[float] = []  # time.monotonic() of each body, beside it
-        self.lock = threading.Lock()
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = int(probe.getsockname()[1])
-        probe.close()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.up()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
-    def up(self) -> None:
-        if self._server is not None:
-            return
-        owner = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with owner.lock:
-                    owner.bodies.append(json.loads(body))
-                    owner.arrived_at.append(time.monotonic())
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)  # SO_REUSEADDR: same port again
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self._thread.start()
-
-    def down(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = self._thread = None
-
-    def alerts(self) -> list[tuple[str, str, str]]:
-        """(fingerprint, status, startsAt|endsAt) of every alert in every delivered message."""
-        with self.lock:
-            bodies = list(self.bodies)
-        return [notification_key(alert) for body in bodies for alert in body.get("alerts", [])]
-
-
-def notification_key(alert: dict[str, Any]) -> tuple[str, str, str]:
-    """What identifies one notification: the alert, firing or resolved, and which episode."""
-    when = alert["startsAt"] if alert["status"] == "firing" else alert["endsAt"]
-    return (str(alert["fingerprint"]), str(alert["status"]), str(when))
 
 
 def expected_notifications(store_path: Path, receiver_url: str) -> Counter[tuple[str, str, str]]:
@@ -179,3 +115,11 @@ def fake_fleet(*names: str) -> Iterator[dict[str, FakeSGLang]]:
     finally:
         for server in fleet.values():
             server.stop()
+
+
+@contextmanager
+def scenario_fleet(path: Path, scenario: dict[str, Any]) -> Iterator[SimFleet]:
+    """The simulated fleet of ``scenario``, written to ``path`` (YAML) first; stopped on exit."""
+    path.write_text(yaml.safe_dump(scenario), encoding="utf-8")
+    with SimFleet(path) as fleet:
+        yield fleet

@@ -13,14 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from alerts.model import AlertState
 from alerts.service import Service
 from collectors.model import SIGNAL_NAMES, TargetSnapshot
 from config import Config, parse_config
 from sim.fleet import SimFleet
-from tests.reliability.harness import Clock, samples_by_target
+from tests.reliability.harness import Clock, samples_by_target, scenario_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -48,9 +47,7 @@ SCENARIO = {
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[SimFleet]:
-    path = tmp_path / "clock.yaml"
-    path.write_text(yaml.safe_dump(SCENARIO), encoding="utf-8")
-    with SimFleet(path) as fleet:
+    with scenario_fleet(tmp_path / "clock.yaml", SCENARIO) as fleet:
         yield fleet
 
 

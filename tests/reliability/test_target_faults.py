@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from alerts.model import AlertState
 from alerts.service import Service
@@ -24,7 +23,7 @@ from collectors.model import SIGNAL_NAMES, TargetSnapshot
 from config import parse_config
 from sim.fleet import SimFleet
 from tests.collectors.servers import LoopbackServer, drip, endless, wait_for
-from tests.reliability.harness import Receiver, resetting_server, samples_by_target
+from tests.reliability.harness import Receiver, resetting_server, samples_by_target, scenario_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -48,9 +47,7 @@ RATES = ("output_tok_s", "tokens_per_verify", "tpot_s", "retractions_per_s", "tt
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[SimFleet]:
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump(SCENARIO), encoding="utf-8")
-    with SimFleet(path) as fleet:
+    with scenario_fleet(tmp_path / "faults.yaml", SCENARIO) as fleet:
         yield fleet
 
 

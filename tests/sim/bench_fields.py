@@ -8,7 +8,8 @@ from typing import Any
 
 from collectors.store.offline_runs import OfflineRun
 
-# bench_serving's name → OfflineRun's (the same where not listed).
+# bench_serving's name → OfflineRun's (the same where not listed). Written out again on purpose, not imported
+# from collectors.bench_results (`duplicates` pairs them): the test's own statement of the mapping.
 SAME = (
     "backend",
     "dataset_name",

@@ -86,6 +86,7 @@ def test_timeline_repeats_every_loop() -> None:
     assert once.next_after(10) == math.inf
 
 
+# The invalid-input table: (scenario text, the key the error names, words the message must hold).
 BAD_SCENARIOS = [
     ("servers: []", "servers", "at least 1"),
     ("servers: [{name: a}]\nwhatever: 1", "whatever", "Extra inputs"),
