@@ -16,7 +16,7 @@ from analysis import saturation, scaling
 from analysis.capacity import CapacityThresholds, capacity_frame, fleet_verdict
 from analysis.fraction import MIN_SAMPLES
 from config import ConfigError
-from views import analysis_charts, blocks, chart_style, data, formatting, time_charts
+from views import analysis_charts, blocks, chart_style, data, formatting, refresh, time_charts
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
@@ -57,7 +57,7 @@ def render(ctx: PageContext) -> None:
     )
     thresholds = rule_thresholds(ctx)
     st.caption(levels_caption(thresholds))
-    st.fragment(run_every=ctx.interval_s)(_live)(ctx, thresholds)
+    refresh.live_panel(ctx, _live, thresholds)
     with blocks.store_errors():
         _scaling(ctx)
 
