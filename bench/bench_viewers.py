@@ -28,7 +28,9 @@ stand-in process appends one cycle for every server every interval (``bench_page
 simulated servers, no alerts), as ``bench dashboard_rss`` does.
 
 Knobs (environment): SPECWATCH_BENCH_VIEWERS_SESSIONS=1,10,30, SPECWATCH_BENCH_VIEWERS_WINDOW_S=60,
-SPECWATCH_BENCH_VIEWERS_STORE=PATH (keep the filled store there and reuse it), SPECWATCH_BENCH_VIEWERS_MODE.
+SPECWATCH_BENCH_VIEWERS_STORE=PATH (keep the filled store there and reuse it), SPECWATCH_BENCH_VIEWERS_MODE,
+SPECWATCH_BENCH_VIEWERS_BROWSER_NICE=N (run chromium at that niceness: its 0.06–0.1 core per tab is this
+machine's, where a real viewer's browser is on their own).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -44,7 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -63,7 +66,7 @@ HISTORY_H = 1.0
 WATCHED = "demo-000"  # the Server tabs' server
 TARGET_CPU_RATIO = 3.0  # 30 viewers ≤ 3× one
 TARGET_RSS_MB = 600.0
-PAGE_TIMEOUT_MS = 180_000
+PAGE_TIMEOUT_MS = 300_000
 GOLDEN = ROOT / "tests" / "data" / "sglang-0.5.23-hybrid-mtp-tp2.prom"
 # Timers in tabs Chromium considers hidden would be throttled: every tab here stands for a viewer's screen.
 BROWSER_ARGS = [
@@ -74,8 +77,8 @@ BROWSER_ARGS = [
 ]
 # Inside each tab: when the live panel's "updated HH:MM:SS UTC" changes, note the time (and whether busy).
 POLLER = r"""
-() => {
-  window.__refreshes = [];
+window.__refreshes = [];
+(() => {
   let last = null;
   setInterval(() => {
     for (const el of document.querySelectorAll('[data-testid="stCaptionContainer"]')) {
@@ -89,7 +92,7 @@ POLLER = r"""
       }
     }
   }, 200);
-}
+})();
 """
 
 
@@ -272,15 +275,36 @@ def _alert_delay(store: Path, target: str, webhook: _Webhook) -> dict[str, float
 
 
 # -- one phase: N sessions -----------------------------------------------------------------------------------
-def _lags(refreshes: list[list[Any]], start: float, end: float) -> tuple[float, int, bool]:
-    """(longest gap between two refreshes seen in [start, end] minus the interval, refreshes, busy seen)."""
-    times = [float(r[0]) for r in refreshes]
-    inside = [t for t in times if start <= t <= end]
-    before = [t for t in times if t < start]
-    edges = ([before[-1]] if before else []) + inside + [end]
-    gaps = [b - a for a, b in itertools.pairwise(edges)]
-    busy = any(bool(r[2]) for r in refreshes if start <= float(r[0]) <= end)
-    return (max(gaps) - INTERVAL_S if gaps else float("inf")), len(inside), busy
+@dataclass(frozen=True)
+class _Lag:
+    """One tab's refreshes over the window: the longest gap between two, minus the interval, as the browser
+    saw them arrive and as the server stamped them ("updated HH:MM:SS", to the second)."""
+
+    seen_s: float
+    drawn_s: float
+    refreshes: int
+    busy: bool
+
+
+def _lag(refreshes: list[list[Any]], start: float, end: float) -> _Lag:
+    arrived = [float(r[0]) for r in refreshes]
+    drawn = [_stamp(str(r[1]), float(r[0])) for r in refreshes]
+    inside = [i for i, t in enumerate(arrived) if start <= t <= end]
+    first = max(0, inside[0] - 1) if inside else len(arrived)  # the refresh before the window too
+    seen = [*arrived[first:], end] if inside else [start, end]
+    stamps = drawn[first:] if inside else []
+    seen_gap = max(b - a for a, b in itertools.pairwise(seen))
+    drawn_gap = max((b - a for a, b in itertools.pairwise(stamps)), default=end - start)
+    busy = any(bool(refreshes[i][2]) for i in inside)
+    return _Lag(seen_gap - INTERVAL_S, drawn_gap - INTERVAL_S, len(inside), busy)
+
+
+def _stamp(hhmmss: str, near_ts: float) -> float:
+    """The unix time of a UTC wall-clock time shown on the page, on the day nearest ``near_ts``."""
+    day = near_ts - near_ts % 86400
+    hours, minutes, seconds = (int(part) for part in hhmmss.split(":"))
+    ts = day + hours * 3600 + minutes * 60 + seconds
+    return min((ts - 86400, ts, ts + 86400), key=lambda t: abs(t - near_ts))
 
 
 @dataclass
@@ -291,11 +315,13 @@ class _Setup:
     folder: Path
     window_s: float
     inprocess: bool
+    browser_nice: int = 0
     targets: list[dict[str, Any]] = field(default_factory=list)
     webhook: _Webhook | None = None
 
 
 def _phase(n: int, setup: _Setup) -> dict[str, Any]:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     store, folder = setup.store, setup.folder
@@ -323,19 +349,21 @@ def _phase(n: int, setup: _Setup) -> dict[str, Any]:
         playwright = stack.enter_context(sync_playwright())
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
         stack.callback(browser.close)
+        if setup.browser_nice:  # the renderers fork from the zygote: they inherit its niceness
+            for pid in _browser_pids(exclude={server.pid}):
+                os.setpriority(os.PRIO_PROCESS, pid, setup.browser_nice)
         pages = []
         for i in range(n):
-            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_init_script(POLLER)
+            page = context.new_page()
             path = "fleet?range=15m" if i % 2 == 0 else f"server?server={WATCHED}&range=15m"
-            page.goto(f"{url}/{path}", timeout=PAGE_TIMEOUT_MS)
-            page.evaluate(POLLER)
+            with suppress(PlaywrightTimeout):  # a starved browser: counted below as a session without a panel
+                page.goto(f"{url}/{path}", timeout=PAGE_TIMEOUT_MS, wait_until="commit")
             pages.append(page)
             if i == 0:  # the first session starts the runtime: let the collector run a few cycles
                 _wait_cycles(store, started, 3)
-        for page in pages:
-            page.wait_for_function(
-                "window.__refreshes && window.__refreshes.length > 0", timeout=PAGE_TIMEOUT_MS
-            )
+        result["sessions_without_a_panel"] = _wait_for_panels(pages)
         result["open_s"] = round(time.time() - started, 1)
         time.sleep(2 * INTERVAL_S)  # every tab in its rhythm
         browsers = _browser_pids(exclude={server.pid})
@@ -347,24 +375,24 @@ def _phase(n: int, setup: _Setup) -> dict[str, Any]:
         time.sleep(setup.window_s * 2 / 3)
         cpu_end, browser_end, window_end = _cpu_s(server.pid), _cpu_of(browsers), time.time()
         rss, peak = _status_mb(server.pid)
-        lags = [_lags(page.evaluate("window.__refreshes"), window_start, window_end) for page in pages]
+        lags = [_lag(page.evaluate("window.__refreshes || []"), window_start, window_end) for page in pages]
         exceptions = sum(page.locator('[data-testid="stException"]').count() for page in pages)
         time.sleep(INTERVAL_S)  # the webhook's delivery after the last cycle
     intervals = (window_end - window_start) / INTERVAL_S
     cycles = _cycles(store, window_start, window_end)
-    lag_values = sorted(lag for lag, _, _ in lags)
     result.update(
         {
             "cpu_s_per_interval": round((cpu_end - cpu_start) / intervals, 3),
             "cores": round((cpu_end - cpu_start) / (window_end - window_start), 3),
             "browser_cores": round((browser_end - browser_start) / (window_end - window_start), 2),
             "refresh_lag_s": {
-                "worst": round(lag_values[-1], 2),
-                "median": round(lag_values[len(lag_values) // 2], 2),
-                "sessions_over_one_interval": sum(1 for lag in lag_values if lag > INTERVAL_S),
+                "worst_drawn": round(max(lag.drawn_s for lag in lags), 1),
+                "worst_seen": round(max(lag.seen_s for lag in lags), 2),
+                "median_seen": round(sorted(lag.seen_s for lag in lags)[len(lags) // 2], 2),
+                "sessions_over_one_interval": sum(1 for lag in lags if lag.seen_s > INTERVAL_S),
             },
-            "refreshes_per_session": [min(c for _, c, _ in lags), max(c for _, c, _ in lags)],
-            "busy_seen_by": sum(1 for _, _, busy in lags if busy),
+            "refreshes_per_session": [min(lag.refreshes for lag in lags), max(lag.refreshes for lag in lags)],
+            "busy_seen_by": sum(1 for lag in lags if lag.busy),
             "cycles": {
                 "intervals": round(intervals, 1),
                 **cycles,
@@ -441,6 +469,16 @@ def _cpu_of(pids: list[int]) -> float:
     return total
 
 
+def _wait_for_panels(pages: list[Any], timeout_s: float = PAGE_TIMEOUT_MS / 1000) -> int:
+    """Until every tab shows its live panel (or the deadline); how many never did."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(pages)
+    while waiting and time.monotonic() < deadline:
+        waiting = [page for page in waiting if not page.evaluate("(window.__refreshes || []).length")]
+        time.sleep(1.0)
+    return len(waiting)
+
+
 def _wait_cycles(store: Path, since_ts: float, count: int, timeout_s: float = 180.0) -> None:
     """Until the collector stored ``count`` cycles since ``since_ts`` (rows of one target)."""
     deadline = time.monotonic() + timeout_s
@@ -460,6 +498,7 @@ def main() -> dict[str, object]:
     sessions = _listed("SPECWATCH_BENCH_VIEWERS_SESSIONS", SESSIONS)
     window_s = float(os.environ.get("SPECWATCH_BENCH_VIEWERS_WINDOW_S", WINDOW_S))
     inprocess = os.environ.get("SPECWATCH_BENCH_VIEWERS_MODE", "inprocess") != "standin"
+    nice = int(os.environ.get("SPECWATCH_BENCH_VIEWERS_BROWSER_NICE", "0"))
     started = time.perf_counter()
     store = _store()
     folder = Path(tempfile.mkdtemp(prefix="specwatch-bench-viewers-"))
@@ -472,14 +511,20 @@ def main() -> dict[str, object]:
         else "the dashboard alone (--no-collector), a stand-in appending every server's row every interval",
         "store_ready_s": round(time.perf_counter() - started, 1),
         "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        "browser_nice": nice,
     }
-    setup = _Setup(store, folder, window_s, inprocess)
+    setup = _Setup(store, folder, window_s, inprocess, nice)
+    # SIGTERM (timeout, a CI cancel) unwinds like an exception: the servers and browsers started here stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with ExitStack() as stack:
         if inprocess:
             setup.webhook = _Webhook()
             stack.callback(setup.webhook.stop)
             setup.targets = stack.enter_context(_sim_fleet(folder))
-        phases = {f"sessions_{n}": _phase(n, setup) for n in sessions}
+        phases: dict[str, dict[str, Any]] = {}
+        for n in sessions:
+            phases[f"sessions_{n}"] = _phase(n, setup)
+            print(json.dumps(phases[f"sessions_{n}"]), file=sys.stderr, flush=True)  # a long run's progress
     result.update(phases)
     result["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     one, most = phases[f"sessions_{min(sessions)}"], phases[f"sessions_{max(sessions)}"]
@@ -491,10 +536,11 @@ def main() -> dict[str, object]:
         )
         result["met"] = {
             "cpu": ratio <= TARGET_CPU_RATIO,
-            "refresh_lag": all(p["refresh_lag_s"]["worst"] <= INTERVAL_S for p in phases.values()),
+            "refresh_lag": all(p["refresh_lag_s"]["worst_seen"] <= INTERVAL_S for p in phases.values()),
             "cycles_missed": all(p["cycles"]["missed"] == 0 for p in phases.values()),
             "rss": all(p["peak_rss_mb"] < TARGET_RSS_MB for p in phases.values()),
             "no_exceptions": all(p["exceptions"] == 0 for p in phases.values()),
+            "every_session_live": all(p["sessions_without_a_panel"] == 0 for p in phases.values()),
         }
     result["logs"] = str(folder)
     return result

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
 import streamlit as st
 
 from collectors.slo import build_slos
@@ -55,7 +56,24 @@ COLUMN_CONFIG = {
 
 def render(ctx: PageContext) -> None:
     st.title("Fleet", anchor=False)
+    with blocks.store_errors():
+        _open_server(ctx)
     refresh.live_panel(ctx, _live)
+
+
+def _open_server(ctx: PageContext) -> None:
+    """Jump to a server's page by name. Drawn when the page opens, not every interval: 1,000 options cost
+    every tab ~10 ms a rerun (the table's rows open a server too, and refresh)."""
+    table, _ = blocks.load_fleet_table(ctx, ctx.now())
+    choice = st.selectbox(
+        "Open a server's page",
+        list(table["server"]),
+        index=None,
+        placeholder="server name",
+        key="fleet_open",
+    )
+    if choice:
+        links.open_server(str(choice))
 
 
 def _live(ctx: PageContext) -> None:
@@ -83,6 +101,7 @@ class _Shared:
 
     table: pd.DataFrame
     display: pd.DataFrame  # the table as drawn: status badges, pools in percent
+    arrow: pa.Table  # the same, as Arrow: what st.dataframe sends
     totals: fleet_frames.FleetTotals
     slo_firing: int
     no_alert_engine: bool
@@ -96,9 +115,11 @@ def _shared(
     reads: data.StoreReader, tick: int, range_s: float, _table: pd.DataFrame, _board: data.AlertBoard | None
 ) -> _Shared:
     del reads, tick, range_s  # the key: the table and board are that interval's (data.fleet_now)
+    display = _display(_table)
     return _Shared(
         table=_table,
-        display=_display(_table),
+        display=display,
+        arrow=pa.Table.from_pandas(display, preserve_index=False),
         totals=fleet_frames.fleet_totals(_table),
         slo_firing=sum(len(found) for found in data.firing_slo_alerts(_board).values()),
         no_alert_engine=_board is None,
@@ -263,7 +284,7 @@ def _table(shared: _Shared, shown: pd.DataFrame | None) -> None:
     display = shared.display if shown is None else _display(shown)
     st.caption(f"{len(display)} server(s) · select a row to open its page")
     event = st.dataframe(
-        display,
+        shared.arrow if shown is None else display,  # Arrow built once per interval, not per tab
         column_config=COLUMN_CONFIG,
         column_order=list(COLUMN_CONFIG),
         hide_index=True,
@@ -277,12 +298,6 @@ def _table(shared: _Shared, shown: pd.DataFrame | None) -> None:
     rows = event.selection.rows if event is not None else []
     if rows:
         links.open_server(str(display.iloc[rows[0]]["server"]))
-    servers = shared.table["server"] if shown is None else shown["server"]
-    choice = st.selectbox(
-        "Open a server's page", list(servers), index=None, placeholder="server name", key="fleet_open"
-    )
-    if choice:
-        links.open_server(str(choice))
 
 
 @data.per_interval
