@@ -15,7 +15,7 @@ import streamlit as st
 
 from analysis import sample_bins
 from collectors.errors import CollectorError
-from views import data, fleet_frames
+from views import data
 from views.chart_style import TopChart
 from views.fleet_frames import STATUS_DOWN, STATUS_NO_DATA, STATUS_STALE, STATUS_UP
 from views.formatting import format_age
@@ -85,12 +85,10 @@ def explain_no_samples(ctx: PageContext, what: str) -> None:
 
 
 def freshness(ctx: PageContext, newest_ts: float | None) -> None:
-    """One caption line: how fresh the data is and how often it refreshes."""
+    """One caption line: how fresh the data is (how often it refreshes is said by the live panel,
+    ``views.refresh``)."""
     age = None if newest_ts is None else ctx.now() - newest_ts
-    st.caption(
-        f"Newest sample {format_age(age)} · refreshes every {ctx.interval_s:g} s · "
-        f"history: last {ctx.range_label}"
-    )
+    st.caption(f"Newest sample {format_age(age)} · history: last {ctx.range_label}")
 
 
 # Text, not emoji: a dot renders in every font; the colour comes from the label (`status_column`).
@@ -131,23 +129,14 @@ def pool_column(label: str, help_text: str, color: str) -> Any:
 def load_fleet_table(
     ctx: PageContext, now_ts: float, only: str | None = None
 ) -> tuple[pd.DataFrame, data.AlertBoard | None]:
-    """The Fleet table as of now (shared with the Capacity and Server pages) and the alert board it was joined
-    with; ``only``: just that server's row (the Server page: one row, not 1,000 built every interval)."""
-    window = ctx.window()
-    latest = data.newest_snapshots(ctx.reads, now_ts, ctx.range_s, ctx.interval_s)
-    board = data.alert_board(ctx.reads, data.tick(now_ts, ctx.interval_s), window.start_ts, window.end_ts)
+    """The Fleet table as of this interval (shared with the Capacity and Server pages, and built once for
+    every session: ``data.fleet_now``) and the alert board it was joined with; ``only``: just that server's
+    row (the Server page: one row, not 1,000)."""
     configured = {t.name: t.deployment for t in ctx.config.targets}
-    if only is not None:
-        latest = latest[latest["target"] == only]
-        configured = {name: deployment for name, deployment in configured.items() if name == only}
-    table = fleet_frames.fleet_table(
-        latest,
-        now_ts=now_ts,
-        stale_after_s=ctx.stale_after_s,
-        configured=configured,
-        firing=data.firing_by_target(board),
+    fleet = data.fleet_now(
+        ctx.reads, now_ts, ctx.range_s, ctx.interval_s, ctx.stale_after_s, configured, only
     )
-    return table, board
+    return fleet.table, fleet.board
 
 
 def why_no_values(history: pd.DataFrame, columns: list[str], what: str) -> str | None:

@@ -8,7 +8,12 @@ a deadline instead of a hung page.
 
 Every cached read below is keyed by the reader and a quantised window, so every tab of every session shares
 one read (and one prepared frame) per scrape interval: this module is where reads are shared. The frames
-themselves are built by ``views/frames.py``.
+themselves are built by ``views/frames.py``. What a live panel derives from them is shared too: the fleet
+table as of this interval (``fleet_now``), and whole sections of a page — charts, tiles, banners — drawn
+once per interval and replayed to every other session (``per_interval``: Streamlit records the elements a
+cached function draws and sends their protobufs as they are, so an Altair chart is built, validated and
+turned into Arrow once for all tabs). Only widgets (tables with row selection, filters) are drawn per
+session.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +54,10 @@ from collectors.source import History, open_history
 from collectors.store.offline_runs import OfflineRun, OfflineRunStore
 from config import Config
 from views import fleet_frames, frames
-from views.page_context import TimeWindow, quantised_window
+from views.page_context import MAX_POINTS_PER_SERIES, TimeWindow, quantised_window
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 _READ_TIMEOUT_S = 60.0
 _READER_THREADS = 2
@@ -413,6 +419,9 @@ def clear_interval_caches() -> None:
         cached.clear()
     for slo_cached in (_slo_report, slo_minutes):  # keyed by the interval too
         slo_cached.clear()
+    _fleet_now.clear()
+    for section in _PER_INTERVAL:
+        section.clear()
 
 
 def clear_all_caches() -> None:
@@ -426,6 +435,9 @@ def clear_all_caches() -> None:
     _capacity_advice.clear()
     _hourly_demand.clear()
     offline_runs.clear()
+    _fleet_now.clear()
+    for section in _PER_INTERVAL:
+        section.clear()
     for reads in list(_OPEN_READERS):
         reads.drop_caches()
 
@@ -433,6 +445,76 @@ def clear_all_caches() -> None:
 def tick(now_ts: float, step_s: float) -> int:
     """A cache key that changes once per ``step_s``."""
     return math.floor(now_ts / max(step_s, 1e-3))
+
+
+# -- shared per interval: what every session's live panel derives from the reads -----------------------------
+# Kept as they are (cache_resource): one object per key for every session, never pickled; pages never modify
+# them (they filter, which copies). Keyed by ``tick``: a new entry per interval, the last few kept.
+_PER_INTERVAL: list[Any] = []
+
+
+def per_interval(func: F) -> F:
+    """``func`` computed once per key for every session, for two minutes at most; what it draws (charts,
+    tiles, banners: no widgets) is recorded and replayed to every other caller of the same key.
+
+    Its key should hold ``tick(now, interval)`` and everything it shows; arguments named ``_x`` are not
+    hashed (pass what the key already determines, such as the fleet of that tick, that way)."""
+    cached = st.cache_resource(ttl=120, max_entries=8, show_spinner=False, hash_funcs=BY_READER)(func)
+    _PER_INTERVAL.append(cached)
+    return cached  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNow:
+    """The fleet table of one interval (``fleet_frames.fleet_table``), the alert board it was joined with,
+    and the moment it describes (the first render of that interval). Shared: never modify it."""
+
+    table: pd.DataFrame
+    board: AlertBoard | None
+    now_ts: float
+
+
+def fleet_now(
+    reads: StoreReader,
+    now_ts: float,
+    range_s: float,
+    interval_s: float,
+    stale_after_s: float,
+    configured: Mapping[str, str],
+    only: str | None = None,
+) -> FleetNow:
+    """The fleet table as of this interval, built once for every session (``only``: that server's row)."""
+    return _fleet_now(
+        reads, tick(now_ts, interval_s), range_s, interval_s, stale_after_s, only, now_ts, configured
+    )
+
+
+@st.cache_resource(ttl=120, max_entries=8, show_spinner=False, hash_funcs=BY_READER)
+def _fleet_now(
+    reads: StoreReader,
+    tick_: int,
+    range_s: float,
+    interval_s: float,
+    stale_after_s: float,
+    only: str | None,
+    _now_ts: float,
+    _configured: Mapping[str, str],  # the runtime's targets: ``reads`` is that runtime's reader
+) -> FleetNow:
+    window = quantised_window(_now_ts, range_s, interval_s, MAX_POINTS_PER_SERIES)
+    latest_rows = newest_snapshots(reads, _now_ts, range_s, interval_s)
+    board = alert_board(reads, tick_, window.start_ts, window.end_ts)
+    configured = dict(_configured)
+    if only is not None:
+        latest_rows = latest_rows[latest_rows["target"] == only]
+        configured = {name: deployment for name, deployment in configured.items() if name == only}
+    table = fleet_frames.fleet_table(
+        latest_rows,
+        now_ts=_now_ts,
+        stale_after_s=stale_after_s,
+        configured=configured,
+        firing=firing_by_target(board),
+    )
+    return FleetNow(table, board, _now_ts)
 
 
 # -- alert state ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import streamlit as st
 
 from collectors.secrets import Redactor
 from collectors.slo import Scope
-from views import blocks, data, formatting, links, slo_frames, time_charts
+from views import blocks, data, formatting, links, refresh, slo_frames, time_charts
 from views.formatting import format_age
 from views.page_context import PageContext
 
@@ -44,7 +44,7 @@ NO_ENGINE = (
 
 def render(ctx: PageContext) -> None:
     st.title("Alerts", anchor=False)
-    st.fragment(run_every=ctx.interval_s)(_live)(ctx)
+    refresh.live_panel(ctx, _live)
 
 
 def _live(ctx: PageContext) -> None:

@@ -18,7 +18,17 @@ from analysis.capacity import CapacityThresholds, capacity_frame, fleet_verdict
 from analysis.fraction import MIN_SAMPLES
 from collectors.slo import Slo, build_slos
 from config import ConfigError
-from views import advice_frames, analysis_charts, blocks, chart_style, data, energy, formatting, time_charts
+from views import (
+    advice_frames,
+    analysis_charts,
+    blocks,
+    chart_style,
+    data,
+    energy,
+    formatting,
+    refresh,
+    time_charts,
+)
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
 
@@ -59,8 +69,9 @@ def render(ctx: PageContext) -> None:
     )
     thresholds = rule_thresholds(ctx)
     st.caption(levels_caption(thresholds))
+    # The advice is for a whole minute (and read in the background): its panel reruns once a minute.
     st.fragment(run_every=max(ctx.interval_s, ADVICE_STEP_S))(_advice)(ctx, thresholds)
-    st.fragment(run_every=ctx.interval_s)(_live)(ctx, thresholds)
+    refresh.live_panel(ctx, _live, thresholds)
     with blocks.store_errors():
         _scaling(ctx)
 

@@ -6,13 +6,15 @@ What the on-call engineer opens first: trouble sorts to the top, a row opens tha
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
 import streamlit as st
 
 from collectors.slo import build_slos
 from config import ConfigError
-from views import blocks, data, fleet_frames, formatting, links, slo_frames, time_charts
+from views import blocks, data, fleet_frames, formatting, links, refresh, slo_frames, time_charts
 from views.fleet_frames import STATUS_DOWN, STATUSES
 from views.page_context import PageContext
 
@@ -67,7 +69,24 @@ COLUMN_CONFIG = {
 
 def render(ctx: PageContext) -> None:
     st.title("Fleet", anchor=False)
-    st.fragment(run_every=ctx.interval_s)(_live)(ctx)
+    with blocks.store_errors():
+        _open_server(ctx)
+    refresh.live_panel(ctx, _live)
+
+
+def _open_server(ctx: PageContext) -> None:
+    """Jump to a server's page by name. Drawn when the page opens, not every interval: 1,000 options cost
+    every tab ~10 ms a rerun (the table's rows open a server too, and refresh)."""
+    table, _ = blocks.load_fleet_table(ctx, ctx.now())
+    choice = st.selectbox(
+        "Open a server's page",
+        list(table["server"]),
+        index=None,
+        placeholder="server name",
+        key="fleet_open",
+    )
+    if choice:
+        links.open_server(str(choice))
 
 
 def _live(ctx: PageContext) -> None:
@@ -79,18 +98,67 @@ def _live(ctx: PageContext) -> None:
             return
         newest = table["last_seen_s"].min()
         blocks.freshness(ctx, None if pd.isna(newest) else now_ts - float(newest))
-        _banners(table, board is None)
-        slo_firing = sum(len(found) for found in data.firing_slo_alerts(board).values())
-        _totals(fleet_frames.fleet_totals(table), slo_firing)
+        # Drawn once per interval for every session (data.per_interval), like the reads behind them.
+        tick = data.tick(now_ts, ctx.interval_s)
+        shared = _shared(ctx.reads, tick, ctx.range_s, table, board)
+        _summary(ctx.reads, tick, ctx.range_s, shared)
         with blocks.store_errors():  # an unreadable SLO table must not take the server table with it
             _slo_status(ctx, now_ts, board)
-        shown = _filtered(table)
-        _table(shown)
-        _fleet_chart(ctx, now_ts)
+        _table(shared, _filtered(shared))
+        _fleet_chart(ctx.reads, tick, ctx.range_s, ctx.range_label, ctx.interval_s, ctx)
 
 
-def _banners(table: pd.DataFrame, no_alert_engine: bool) -> None:
-    totals = fleet_frames.fleet_totals(table)
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What every session's Fleet panel derives from one interval's table (never modified)."""
+
+    table: pd.DataFrame
+    display: pd.DataFrame  # the table as drawn: status badges, pools in percent
+    arrow: pa.Table  # the same, as Arrow: what st.dataframe sends
+    totals: fleet_frames.FleetTotals
+    slo_firing: int
+    no_alert_engine: bool
+    deployments: list[str]
+    recipes: list[str]
+    statuses: list[str]
+
+
+@data.per_interval
+def _shared(
+    reads: data.StoreReader, tick: int, range_s: float, _table: pd.DataFrame, _board: data.AlertBoard | None
+) -> _Shared:
+    del reads, tick, range_s  # the key: the table and board are that interval's (data.fleet_now)
+    display = _display(_table)
+    return _Shared(
+        table=_table,
+        display=display,
+        arrow=pa.Table.from_pandas(display, preserve_index=False),
+        totals=fleet_frames.fleet_totals(_table),
+        slo_firing=sum(len(found) for found in data.firing_slo_alerts(_board).values()),
+        no_alert_engine=_board is None,
+        deployments=sorted(d for d in _table["deployment"].unique() if d),
+        recipes=sorted(r for r in _table["recipe"].unique() if r),
+        statuses=[s for s in STATUSES if s in set(_table["status"])],
+    )
+
+
+def _display(table: pd.DataFrame) -> pd.DataFrame:
+    return table.assign(
+        status=table["status"].map(blocks.STATUS_BADGES),
+        state_pool_usage=table["state_pool_usage"] * 100.0,
+        kv_usage=table["kv_usage"] * 100.0,
+    ).reset_index(drop=True)
+
+
+@data.per_interval
+def _summary(reads: data.StoreReader, tick: int, range_s: float, _shared: _Shared) -> None:
+    """The banners and the totals' tiles, drawn once per interval and replayed to every session."""
+    del reads, tick, range_s
+    _banners(_shared.table, _shared.totals, _shared.no_alert_engine)
+    _totals(_shared.totals, _shared.slo_firing)
+
+
+def _banners(table: pd.DataFrame, totals: fleet_frames.FleetTotals, no_alert_engine: bool) -> None:
     down = table[table["status"] == STATUS_DOWN]
     if totals.up == 0:
         reasons = "; ".join(
@@ -209,32 +277,27 @@ def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) 
     links.slo_link("SLO details: budget burn-down, burn rates, why it burned")
 
 
-def _filtered(table: pd.DataFrame) -> pd.DataFrame:
+def _filtered(shared: _Shared) -> pd.DataFrame | None:
+    """The rows the filters keep, or None when no filter is set (the whole table, as shared)."""
     left, middle, right = st.columns(3)
-    deployments = left.multiselect(
-        "Deployment", sorted(d for d in table["deployment"].unique() if d), key="fleet_deployment"
+    deployments = left.multiselect("Deployment", shared.deployments, key="fleet_deployment")
+    recipes = middle.multiselect("Recipe", shared.recipes, key="fleet_recipe")
+    statuses = right.multiselect("Status", shared.statuses, key="fleet_status")
+    if not (deployments or recipes or statuses):
+        return None
+    return fleet_frames.filter_table(
+        shared.table, deployments=deployments, recipes=recipes, statuses=statuses
     )
-    recipes = middle.multiselect(
-        "Recipe", sorted(r for r in table["recipe"].unique() if r), key="fleet_recipe"
-    )
-    statuses = right.multiselect(
-        "Status", [s for s in STATUSES if s in set(table["status"])], key="fleet_status"
-    )
-    return fleet_frames.filter_table(table, deployments=deployments, recipes=recipes, statuses=statuses)
 
 
-def _table(shown: pd.DataFrame) -> None:
-    if shown.empty:
+def _table(shared: _Shared, shown: pd.DataFrame | None) -> None:
+    if shown is not None and shown.empty:
         st.info("No server matches the filters.", icon=":material/filter_alt_off:")
         return
-    display = shown.assign(
-        status=shown["status"].map(blocks.STATUS_BADGES),
-        state_pool_usage=shown["state_pool_usage"] * 100.0,
-        kv_usage=shown["kv_usage"] * 100.0,
-    ).reset_index(drop=True)
-    st.caption(f"{len(shown)} server(s) · select a row to open its page")
+    display = shared.display if shown is None else _display(shown)
+    st.caption(f"{len(display)} server(s) · select a row to open its page")
     event = st.dataframe(
-        display,
+        shared.arrow if shown is None else display,  # Arrow built once per interval, not per tab
         column_config=COLUMN_CONFIG,
         column_order=list(COLUMN_CONFIG),
         hide_index=True,
@@ -248,18 +311,18 @@ def _table(shown: pd.DataFrame) -> None:
     rows = event.selection.rows if event is not None else []
     if rows:
         links.open_server(str(display.iloc[rows[0]]["server"]))
-    choice = st.selectbox(
-        "Open a server's page", list(shown["server"]), index=None, placeholder="server name", key="fleet_open"
-    )
-    if choice:
-        links.open_server(str(choice))
 
 
-def _fleet_chart(ctx: PageContext, now_ts: float) -> None:
-    found = data.fleet_series(ctx.reads, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
-    st.subheader(f"Fleet output, last {ctx.range_label}", anchor=False)
+@data.per_interval
+def _fleet_chart(
+    reads: data.StoreReader, tick: int, range_s: float, range_label: str, interval_s: float, _ctx: PageContext
+) -> None:
+    """Fleet output over the range, drawn once per interval and replayed to every session."""
+    now_ts = _ctx.now()
+    found = data.fleet_series(reads, now_ts, range_s, interval_s, FLEET_SERIES_POINTS)
+    st.subheader(f"Fleet output, last {range_label}", anchor=False)
     if math.isnan(found.first_ts):
-        blocks.explain_no_samples(ctx, "samples")
+        blocks.explain_no_samples(_ctx, "samples")
         return
     if found.series["output_tok_s"].notna().any():
         st.altair_chart(time_charts.fleet_output_chart(found.series), width="stretch")

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.fraction import measured_tok_s_per_request
-from views import blocks, chart_style, data, energy, formatting, links, time_charts
+from views import blocks, chart_style, data, energy, formatting, links, refresh, time_charts
 from views import probes as probe_views
 from views.fleet_frames import STATUS_UP
 from views.page_context import MAX_POINTS_PER_SERIES, PageContext
@@ -29,7 +29,7 @@ def render(ctx: PageContext) -> None:
         target = st.selectbox("Server", known, key=links.SERVER_PARAM, bind="query-params")
         if target is None:
             return
-        st.fragment(run_every=ctx.interval_s)(_live)(ctx, str(target))
+        refresh.live_panel(ctx, _live, str(target))
 
 
 def _known_targets(ctx: PageContext, now_ts: float) -> list[str]:
@@ -50,33 +50,50 @@ def _live(ctx: PageContext, target: str) -> None:
             return
         row = rows.iloc[0]
         _header(ctx, row)
-        window = ctx.window()
-        history = data.samples(ctx.reads, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
-        if history.empty:
-            st.info(
-                f"No history for **{formatting.plain(target)}** in the last {ctx.range_label}.",
-                icon=":material/schedule:",
-            )
-            return
-        history = history.assign(
-            step_latency_ms=history["step_latency_s"] * 1000.0,
-            tpot_ms=history["tpot_s"] * 1000.0,
-            measured_per_request_tok_s=measured_tok_s_per_request(history),
+        tick = data.tick(now_ts, ctx.interval_s)
+        _history(ctx.reads, tick, target, ctx.range_key, str(row["recipe"]), board, ctx)
+
+
+@data.per_interval
+def _history(
+    reads: data.StoreReader,
+    tick: int,
+    target: str,
+    range_key: str,
+    recipe_id: str,
+    _board: data.AlertBoard | None,  # that interval's (data.fleet_now)
+    _ctx: PageContext,
+) -> None:
+    """The server's charts, recipe, probes and events, drawn once per interval for every session showing
+    this server and range, and replayed to the others (9 Altair charts: most of a rerun's CPU)."""
+    del tick, range_key  # the key, with the reader and the target; the window follows from them
+    ctx = _ctx
+    window = ctx.window()
+    history = data.samples(reads, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
+    if history.empty:
+        st.info(
+            f"No history for **{formatting.plain(target)}** in the last {ctx.range_label}.",
+            icon=":material/schedule:",
         )
-        markers = _markers(ctx, target, window.start_ts, window.end_ts, board)
-        _charts(history, markers)
-        energy.server_charts(history, markers)
-        _recipe(ctx, str(row["recipe"]))
-        probe_views.server_block(ctx, target)
-        if not markers.empty:
-            with st.expander(f"{len(markers)} event(s) in the last {ctx.range_label}"):
-                st.dataframe(
-                    markers[["time", "kind", "detail"]].sort_values("time", ascending=False),
-                    key="server_events",
-                    hide_index=True,
-                    placeholder=formatting.DASH,
-                    width="stretch",
-                )
+        return
+    history = history.assign(
+        step_latency_ms=history["step_latency_s"] * 1000.0,
+        tpot_ms=history["tpot_s"] * 1000.0,
+        measured_per_request_tok_s=measured_tok_s_per_request(history),
+    )
+    markers = _markers(ctx, target, window.start_ts, window.end_ts, _board)
+    _charts(history, markers)
+    energy.server_charts(history, markers)
+    _recipe(ctx, recipe_id)
+    probe_views.server_block(ctx, target)
+    if not markers.empty:
+        with st.expander(f"{len(markers)} event(s) in the last {ctx.range_label}"):
+            st.dataframe(
+                markers[["time", "kind", "detail"]].sort_values("time", ascending=False),
+                hide_index=True,
+                placeholder=formatting.DASH,
+                width="stretch",
+            )
 
 
 def _header(ctx: PageContext, row: pd.Series) -> None:

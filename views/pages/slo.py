@@ -15,7 +15,7 @@ from analysis.slo_attribution import ATTRIBUTION_WINDOW_S
 from analysis.slo_report import Goodput, SloStatus
 from collectors.slo import Slo, build_slos
 from config import ConfigError
-from views import blocks, data, formatting, links, slo_frames, time_charts
+from views import blocks, data, formatting, links, refresh, slo_frames, time_charts
 from views.page_context import PageContext
 
 NO_SLOS = (
@@ -100,7 +100,7 @@ def render(ctx: PageContext) -> None:
         scopes = [slo_frames.scope_label(s.scope.key) for s in report.statuses if s.slo.name == slo.name]
         scope = right.selectbox("Scope", scopes, key=links.SCOPE_PARAM, bind="query-params")
         scope_key = slo_frames.scope_key(str(scope or slo_frames.WHOLE_FLEET))
-        st.fragment(run_every=ctx.interval_s)(_live)(ctx, slos, slo, scope_key)
+        refresh.live_panel(ctx, _live, slos, slo, scope_key)
 
 
 def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> None:
@@ -117,10 +117,7 @@ def _live(ctx: PageContext, slos: tuple[Slo, ...], slo: Slo, scope_key: str) -> 
             ctx.reads, data.tick(ctx.now(), ctx.interval_s), window.start_ts, window.end_ts
         )
         firing = data.firing_slo_alerts(board)
-        st.caption(
-            f"Counts up to {pd.Timestamp(report.now_ts, unit='s', tz='UTC'):%H:%M:%S} UTC · refreshes every "
-            f"{ctx.interval_s:g} s"
-        )
+        st.caption(f"Counts up to {pd.Timestamp(report.now_ts, unit='s', tz='UTC'):%H:%M:%S} UTC")
         _overview(report.statuses, firing)
         status = next(
             (s for s in report.statuses if s.slo.name == slo.name and s.scope.key == scope_key), None
