@@ -165,15 +165,17 @@ class PrometheusSloCounts:
             )
             for window in windows
         }
-        for window, (bad_job, total_job) in jobs.items():
-            out = self._by_target(slo, keys, bad_job.result(), total_job.result())
-            with self._lock:
-                if len(self._cache) > 256:
-                    self._cache.clear()
-                    self._prefetched.clear()
-                self._cache[self._key(slo, window)] = (at, out)
+        answered = {
+            window: self._by_target(slo, keys, bad_job.result(), total_job.result())
+            for window, (bad_job, total_job) in jobs.items()
+        }
         with self._lock:
-            return self._cache[self._key(slo, window_s)][1]
+            if len(self._cache) + len(answered) > 256:
+                self._cache.clear()
+                self._prefetched.clear()
+            for window, out in answered.items():
+                self._cache[self._key(slo, window)] = (at, out)
+        return answered[window_s]
 
     def _by_target(
         self,
