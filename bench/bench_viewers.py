@@ -30,7 +30,8 @@ simulated servers, no alerts), as ``bench dashboard_rss`` does.
 Knobs (environment): SPECWATCH_BENCH_VIEWERS_SESSIONS=1,10,30, SPECWATCH_BENCH_VIEWERS_WINDOW_S=60,
 SPECWATCH_BENCH_VIEWERS_STORE=PATH (keep the filled store there and reuse it), SPECWATCH_BENCH_VIEWERS_MODE,
 SPECWATCH_BENCH_VIEWERS_BROWSER_NICE=N (run chromium at that niceness: its 0.06–0.1 core per tab is this
-machine's, where a real viewer's browser is on their own).
+machine's, where a real viewer's browser is on their own), SPECWATCH_BENCH_VIEWERS_GPUS=0 (the simulated
+servers' DCGM exporters left unscraped).
 """
 
 from __future__ import annotations
@@ -557,7 +558,10 @@ def _sim_fleet(folder: Path) -> Iterator[list[dict[str, Any]]]:
             if sim.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"python -m sim did not start:\n{log.read_text()[-2000:]}")
             time.sleep(0.5)
-        yield list(yaml.safe_load(written.read_text())["targets"])
+        targets = list(yaml.safe_load(written.read_text())["targets"])
+        if os.environ.get("SPECWATCH_BENCH_VIEWERS_GPUS", "1") == "0":  # without the DCGM exporters' scrapes
+            targets = [{k: v for k, v in t.items() if k != "gpu_exporter_url"} for t in targets]
+        yield targets
 
 
 if __name__ == "__main__":
