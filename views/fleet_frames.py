@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.stats import float_or_nan as _num  # a cell as a number: unknown is NaN, never 0
 from collectors.sample_columns import SampleColumns, runs
 
 STATUS_UP = "up"
@@ -129,15 +130,6 @@ def fleet_table(
     table["_order"] = table["status"].map(order)
     table = table.sort_values(["_order", "firing_alerts", "server"], ascending=[True, False, True])
     return table.drop(columns="_order").reset_index(drop=True)
-
-
-def _num(value: object) -> float:
-    if value is None:
-        return math.nan
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _text(value: object) -> str:

@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from collectors.model import SIGNAL_NAMES
-from collectors.signal_expr import First, Inverse, Positive, Product, Ratio, Total, Unless, When, Zero
-from collectors.signals import BY_NAME, Expr, Ref
+from collectors.signal_expr import refs_of
+from collectors.signals import BY_NAME
 
 # Texts read from the recipe labels (``--extra-metric-labels``) or the deployment label.
 _LABEL_TEXTS = frozenset({"recipe_id", "deployment"})
@@ -51,29 +51,6 @@ def aligned_grid(start_ts: float, end_ts: float, max_points: int, interval_s: fl
     return Grid(first, max(last, first), step)
 
 
-def _refs(expr: Expr) -> Iterable[str]:
-    """The signals an expression refers to (``Ref`` nodes), anywhere in it."""
-    if isinstance(expr, Ref):
-        yield expr.signal
-    elif isinstance(expr, Product):
-        yield from _refs(expr.left)
-        yield from _refs(expr.right)
-    elif isinstance(expr, Ratio):
-        yield from _refs(expr.numerator)
-        yield from _refs(expr.denominator)
-    elif isinstance(expr, Inverse | Positive | Zero):
-        yield from _refs(expr.value)
-    elif isinstance(expr, When | Unless):
-        yield from _refs(expr.value)
-        yield from _refs(expr.condition)
-    elif isinstance(expr, First):
-        for choice in expr.choices:
-            yield from _refs(choice)
-    elif isinstance(expr, Total):
-        for part in expr.parts:
-            yield from _refs(part)
-
-
 def signals_to_query(values: Sequence[str]) -> tuple[str, ...]:
     """The signals a read of ``values`` queries, in catalogue order: those asked for that PromQL can say
     (``max_running`` comes from the recipe) and, for each whose plain-decoding rule recomputes it, the signals
@@ -83,7 +60,7 @@ def signals_to_query(values: Sequence[str]) -> tuple[str, ...]:
     while pending:
         signal = BY_NAME[pending.pop()]
         if signal.plain == "recomputed" and signal.expr is not None:
-            for ref in _refs(signal.expr):
+            for ref in refs_of(signal.expr):
                 if ref not in wanted:
                     wanted.add(ref)
                     pending.append(ref)
