@@ -52,7 +52,11 @@ CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(
 GPU_CUMULATIVE_SAMPLES: tuple[str, ...] = tuple(
     sample for family in gpu_families() if family.kind == "counter" for sample in family.samples
 )
-_KEPT_SAMPLES = CUMULATIVE_SAMPLES + GPU_CUMULATIVE_SAMPLES
+# When the exporter's answer arrived (the rate clock, s): the GPUs' counters are a second body, read
+# concurrently with SGLang's, so their rates divide by their own window. Timed by SGLang's arrival, a 1 s
+# window carried the two bodies' arrival jitter: 2 % on a busy box.
+GPU_READ_AT = "dcgm:read_at_s"
+_KEPT_SAMPLES = (*CUMULATIVE_SAMPLES, *GPU_CUMULATIVE_SAMPLES, GPU_READ_AT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,7 @@ def _compile(expr: Expr) -> _Fn:
         sample = family.samples[0] if family.exposer == "dcgm" else f"sglang:{family.name}{expr.part}"
         # Completion-counted families move only when a request finishes: their rate spans the longer window.
         long = expr.family.at_completion
+        own_clock = family.exposer == "dcgm"
 
         def rate(c: _Cycle) -> float | None:
             previous = c.long_previous if long else c.previous
@@ -170,7 +175,14 @@ def _compile(expr: Expr) -> _Fn:
             now, before = c.values.get(sample), previous.get(sample)
             if now is None or before is None or now < before:  # a counter that fell: unknown, never < 0
                 return None
-            return _finite((now - before) / (c.long_elapsed_s if long else c.elapsed_s))
+            elapsed_s = c.long_elapsed_s if long else c.elapsed_s
+            if own_clock:
+                read_at, read_before = c.values.get(GPU_READ_AT), previous.get(GPU_READ_AT)
+                if read_at is not None and read_before is not None:
+                    elapsed_s = read_at - read_before
+                    if elapsed_s <= 0:
+                        return None
+            return _finite((now - before) / elapsed_s)
 
         return rate
     if isinstance(expr, Scale):

@@ -181,6 +181,7 @@ class DirectSource:
                     state.gpu_select,
                     deadline=deadline,
                     max_samples=self._settings.max_samples,
+                    rate_clock=self._rate_clock,
                 )
             )
             if state.exporter is not None

@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from collectors.derive import gpu_key
+from collectors.derive import GPU_READ_AT, gpu_key
 from collectors.errors import BadExposition, ScrapeError
 from collectors.http.targets import TargetClient
 from collectors.signals import gpu_families
@@ -185,12 +185,15 @@ async def read_gpus(
     *,
     deadline: float,
     max_samples: int,
+    rate_clock: Callable[[], float] | None = None,
 ) -> GpuAnswer:
-    """One exporter answer, never raising for the exporter's sake (``problem`` says what went wrong)."""
+    """One exporter answer, never raising for the exporter's sake (``problem`` says what went wrong).
+    ``rate_clock`` stamps when it arrived (``GPU_READ_AT``): its counters' rates divide by that window."""
     try:
         fetched = await client.fetch(exporter, GPU_METRICS_PATH, deadline=deadline, accept=GPU_ACCEPT)
     except ScrapeError as exc:
         return GpuAnswer(None, str(exc).removeprefix(f"{exporter.name}: "))
+    read_at = rate_clock() if rate_clock is not None else None
     try:
         reading = parse_gpu_exposition(fetched.body, select=select, max_samples=max_samples)
     except BadExposition as exc:
@@ -203,6 +206,8 @@ async def read_gpus(
         return GpuAnswer(
             None, f"none of the {reading.shown} GPUs {fetched.url} shows matches gpu_labels ({labels})"
         )
+    if read_at is not None:
+        reading.values[GPU_READ_AT] = read_at
     return GpuAnswer(reading)
 
 

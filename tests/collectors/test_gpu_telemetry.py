@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from collectors.derive import apply_server_gpus, derive_signals, gpu_key
+from collectors.derive import GPU_READ_AT, apply_server_gpus, derive_signals, gpu_key
 from collectors.direct.direct_source import DirectSource
 from collectors.direct.gpu_scrape import parse_gpu_exposition
 from collectors.errors import BadExposition
@@ -264,6 +264,21 @@ def test_the_energy_counter_falls_back_to_the_gauge_when_it_resets() -> None:
     assert reset.reset == ()  # not an SGLang restart
     after = derive_signals(values(21_000), 30.0, reset.state)
     assert after.signals.gpu_power_w == pytest.approx(2 * 20_000 / 1000 / 10.0)
+
+
+def test_the_energy_rate_divides_by_when_the_exporters_answers_arrived() -> None:
+    """The exporter answers beside SGLang, not with it: a server body 0.2 s late must not bend the power."""
+
+    def values(energy_mj: float, read_at_s: float) -> dict[str, float]:
+        body = f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0"}} {energy_mj:.0f}\n'
+        return {**parse_gpu_exposition(body.encode()).values, GPU_READ_AT: read_at_s}
+
+    first = derive_signals(values(5_000_000, 100.0), 100.0, None)
+    # SGLang's body came 1.2 s after the previous one, the exporter's 1.0 s after its previous: 700 W.
+    later = derive_signals(values(5_700_000, 101.0), 101.2, first.state)
+    assert later.signals.gpu_power_w == pytest.approx(700.0)
+    again = derive_signals(values(6_400_000, 102.0), 101.9, later.state)
+    assert again.signals.gpu_power_w == pytest.approx(700.0)
 
 
 def test_the_parser_reads_only_complete_fields_of_the_selected_gpus() -> None:
