@@ -11,6 +11,7 @@ has its own.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -46,6 +47,16 @@ CHART_FACTS = """() => [...document.querySelectorAll('[data-testid="stVegaLiteCh
     time_labels: [...c.querySelectorAll('g[aria-label*="time scale"] g.role-axis-label text')]
         .map(t => t.textContent),
 }))"""
+# The page shows what the checks below look for: a chart or a sentence, and every chart has drawn its marks (a
+# wait on the drawing itself, not a fixed pause; a page that never does is still failed by them, after
+# DRAW_TIMEOUT_MS).
+SHOWN = """() => {
+    const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
+    const sentences = document.querySelectorAll('[data-testid="stAlertContentInfo"]').length;
+    return (charts.length > 0 || sentences > 0) && charts.every(
+        c => c.querySelectorAll('g.role-mark path, g.role-mark line, g.role-mark rect').length > 0);
+}"""
+DRAW_TIMEOUT_MS = 20_000
 
 pytestmark = BROWSER_MARKS
 
@@ -102,6 +113,7 @@ def wait_for_history(store_path: Path, timeout_s: float = FILL_TIMEOUT_S) -> Non
 
 def test_every_page_at_every_range_draws_or_says_why(dashboard: tuple[str, Path]) -> None:
     from playwright.sync_api import Page, sync_playwright
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     url, store_path = dashboard
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -111,7 +123,9 @@ def test_every_page_at_every_range_draws_or_says_why(dashboard: tuple[str, Path]
         page.wait_for_selector('[data-testid="stApp"]', timeout=PAGE_TIMEOUT_MS)
         page.get_by_role("heading", name=title).first.wait_for(timeout=PAGE_TIMEOUT_MS)
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=PAGE_TIMEOUT_MS)
-        page.wait_for_timeout(1500)  # let vega finish drawing
+        # Let vega finish drawing; a chart that draws nothing is named by the checks after this.
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(SHOWN, timeout=DRAW_TIMEOUT_MS, polling=100)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
