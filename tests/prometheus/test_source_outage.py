@@ -1,4 +1,4 @@
-"""The fleet's Prometheus goes away for ~24 s — eight times TargetDown's ``for_s`` — under the production
+"""The fleet's Prometheus goes away for ~16 s — eight times TargetDown's ``for_s`` — under the production
 daemon (``python -m alerts run`` with ``source: prometheus``), then comes back on the same port and data.
 
 Everything is real: Prometheus scraping the simulated fleet, the daemon as a subprocess, a webhook receiver
@@ -26,7 +26,7 @@ from tests.reliability.harness import Receiver
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
-FOR_S = 3.0
+FOR_S = 2.0  # two scrape intervals: one late scrape or query pages nothing
 OUTAGE_S = 8 * FOR_S
 
 
