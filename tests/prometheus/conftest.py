@@ -24,6 +24,34 @@ from tests.prometheus.engines import (
 )
 from tests.prometheus.golden import EXTRA_LABELS, SERVER_INFO, STEADY_SCENARIO, with_extra_labels
 
+OLD_SAMPLES = "old_samples"  # the marker of a test that waits for the session engine to hold old samples
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{OLD_SAMPLES}: needs golden_engine to hold samples tens of seconds old (runs last on it)"
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has grouped the tests by golden_engine's parameter
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``old_samples`` runs last among the tests of its engine: the engine has aged while the
+    others ran, so the test's wait for old samples (a deadline, still there when it runs alone) is short."""
+    for kind in ("prometheus", "victoria-metrics"):
+        group = [item for item in items if _engine_of(item) == kind]
+        waiting = [item for item in group if item.get_closest_marker(OLD_SAMPLES)]
+        if not waiting or len(waiting) == len(group):
+            continue
+        for item in waiting:
+            items.remove(item)
+        at = items.index(next(item for item in reversed(group) if item not in waiting)) + 1
+        items[at:at] = waiting
+
+
+def _engine_of(item: pytest.Item) -> object:
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("golden_engine")
+
 
 def skip_without(binary: str | None, name: str) -> None:
     if binary is None:

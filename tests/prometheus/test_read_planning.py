@@ -66,6 +66,7 @@ def _counted(history: PrometheusHistory, *args: object, **kwargs: object) -> tup
     return columns, QUERY_STATS.snapshot()[0] - before
 
 
+@pytest.mark.old_samples  # waits until the engine holds samples 25 s old: runs last on it (conftest)
 def test_a_read_of_a_few_signals_equals_them_in_a_full_read_and_sends_fewer_queries(
     golden_engine: Engine, history: PrometheusHistory
 ) -> None:
@@ -114,6 +115,7 @@ def test_a_repeat_within_the_interval_sends_nothing_and_after_it_reads_again(
 
 
 @pytest.mark.slow  # waits until the engine holds samples older than the live margin (~40 s)
+@pytest.mark.old_samples  # and so runs last on the engine, by then that old (conftest)
 def test_a_live_read_requeries_only_the_newest_instants_and_equals_a_fresh_read(
     golden_engine: Engine, history: PrometheusHistory
 ) -> None:
