@@ -181,13 +181,18 @@ def settle(process: subprocess.Popen[bytes], store: Path, fleet: Fleet, log: Pat
     time.sleep(0.1)
     hits = metrics_hits(fleet)
     assert wait_for(lambda: metrics_hits(fleet) >= hits + 3, timeout_s=20)  # the last flips evaluated
-    time.sleep(1.0)  # and their notifications sent
+    wait_for(lambda: queued(store) == 0, timeout_s=20)  # and their notifications sent (checked below)
     process.terminate()
     assert process.wait(timeout=30) == 0
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
-    with closing(sqlite3.connect(store)) as db:
-        assert db.execute("SELECT COUNT(*) FROM alert_outbox WHERE status = 'queued'").fetchone()[0] == 0
+    assert queued(store) == 0
+
+
+def queued(store: Path) -> int:
+    """Notifications in the outbox not yet delivered."""
+    with closing(sqlite3.connect(store, timeout=5)) as db:
+        return int(db.execute("SELECT COUNT(*) FROM alert_outbox WHERE status = 'queued'").fetchone()[0])
 
 
 def running(store: Path, after: int, timeout_s: float = 30) -> bool:
