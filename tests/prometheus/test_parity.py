@@ -220,20 +220,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         readers = {name: PrometheusSource(_load(world.configs[name])) for name in engines}
         for reader in readers.values():
             stack.callback(reader.close)
-        direct.collect(time.time())
-        began = time.monotonic()
         # The analysis pages read a grid of 300 points a server (3 s at 15 min) from the engines, where SQLite
-        # answers every scrape: enough of them too. Waited for inside the signals' window (a few light
-        # queries); should the wait outlast the window, the window starts again after it.
+        # answers every scrape: enough of them too. All but the signals' window waited for first, the rest
+        # accrues during it (and is waited for after it, at once if the engines kept scraping).
         for engine in engines.values():
-            wait_fleet_scraped(engine, fleet, ANALYSIS_HISTORY_S)
-        if time.monotonic() - began > WINDOW_S:
-            direct.collect(time.time())
-            began = time.monotonic()
-        time.sleep(max(0.0, began + WINDOW_S - time.monotonic()))
+            wait_fleet_scraped(engine, fleet, ANALYSIS_HISTORY_S - WINDOW_S)
+        direct.collect(time.time())
+        time.sleep(WINDOW_S)
         now = time.time()
         world.signals[DIRECT] = {s.target: s for s in direct.collect(now)}
         world.signals.update({n: {s.target: s for s in r.collect(now)} for n, r in readers.items()})
+        for engine in engines.values():
+            wait_fleet_scraped(engine, fleet, ANALYSIS_HISTORY_S)
         yield world
 
 
