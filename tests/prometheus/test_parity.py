@@ -220,16 +220,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         readers = {name: PrometheusSource(_load(world.configs[name])) for name in engines}
         for reader in readers.values():
             stack.callback(reader.close)
-        # The analysis pages read a grid of 300 points a server (3 s at 15 min) from the engines, where SQLite
-        # answers every scrape: enough of them too. All but the signals' window waited for first, the rest
-        # accrues during it (and is waited for after it, at once if the engines kept scraping).
-        for engine in engines.values():
-            wait_fleet_scraped(engine, fleet, ANALYSIS_HISTORY_S - WINDOW_S)
         direct.collect(time.time())
         time.sleep(WINDOW_S)
         now = time.time()
         world.signals[DIRECT] = {s.target: s for s in direct.collect(now)}
         world.signals.update({n: {s.target: s for s in r.collect(now)} for n, r in readers.items()})
+        # The analysis pages read a grid of 300 points a server (3 s at 15 min) from the engines, where SQLite
+        # answers every scrape: enough of them too.
         for engine in engines.values():
             wait_fleet_scraped(engine, fleet, ANALYSIS_HISTORY_S)
         yield world
