@@ -266,6 +266,14 @@ class PrometheusSettings(_Settings):
         False,
         description="History reads the series of `export-recording-rules` (load them into Prometheus first).",
     )
+    latency_offset_s: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="How old a sample must be before the engine's answers about it are final: "
+        "VictoriaMetrics' -search.latencyOffset (30 s by default); 0 for Prometheus. A live chart re-reads "
+        "the instants newer than this (plus three scrape intervals) at every refresh.",
+    )
     gpu_selector: str = Field(
         "",
         description='Label matchers picking the DCGM exporters\' series (DCGM_FI_DEV_*), e.g. job="dcgm".',

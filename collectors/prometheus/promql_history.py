@@ -58,9 +58,6 @@ log = logging.getLogger(__name__)
 _NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
-# VictoriaMetrics answers from samples at least this old by default (-search.latencyOffset): newer instants
-# of a live read may still change.
-_LATENCY_OFFSET_S = 30.0
 _MEET_EVERY_S = 60.0  # at most one source cycle a minute to meet targets a range read found first
 
 
@@ -361,8 +358,10 @@ class PrometheusHistory:
         client = self._source.client
         ttl_s = max(self.interval_s, 1.0)
         # A live read's instants older than this are final: scraped (an interval), recorded (another), a third
-        # for a slow scrape, and past VictoriaMetrics' latency offset.
-        final_before = self._clock() - 3 * self.interval_s - _LATENCY_OFFSET_S if live else None
+        # for a slow scrape, and past the engine's latency offset (VictoriaMetrics answers from samples at least
+        # -search.latencyOffset old: newer instants may still change).
+        offset_s = self.config.prometheus.latency_offset_s if self.config.prometheus is not None else 0.0
+        final_before = self._clock() - 3 * self.interval_s - offset_s if live else None
 
         def read(expr: str) -> list[RangeSeries]:
             key = RangeKey(client.identity, expr, grid.step_s)

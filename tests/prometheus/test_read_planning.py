@@ -36,8 +36,13 @@ pytestmark = pytest.mark.engines
 
 def _config(engine: Engine, tmp_path: Path) -> Config:
     config = source_config(engine.url, selector='job="sim"')
+    assert config.prometheus is not None
     return config.model_copy(
-        update={"store": config.store.model_copy(update={"path": str(tmp_path / "meta.db")})}
+        update={
+            "store": config.store.model_copy(update={"path": str(tmp_path / "meta.db")}),
+            # The test engines answer from their newest samples (VictoriaMetrics: -search.latencyOffset=0s).
+            "prometheus": config.prometheus.model_copy(update={"latency_offset_s": 0.0}),
+        }
     )
 
 
@@ -114,13 +119,14 @@ def test_a_repeat_within_the_interval_sends_nothing_and_after_it_reads_again(
     assert later == sent
 
 
-@pytest.mark.slow  # waits until the engine holds samples older than the live margin (~40 s)
-@pytest.mark.old_samples  # and so runs last on the engine, by then that old (conftest)
+@pytest.mark.old_samples  # waits until the engine holds samples older than the live margin: runs last
 def test_a_live_read_requeries_only_the_newest_instants_and_equals_a_fresh_read(
     golden_engine: Engine, history: PrometheusHistory
 ) -> None:
-    # The engine must hold samples older than the live margin (3 intervals + VictoriaMetrics' 30 s offset).
-    _wait_for_samples_older_than(golden_engine, 40.0)
+    # The engine must hold samples older than the live margin: 3 intervals + the latency offset (0 s here).
+    assert history.config.prometheus is not None
+    margin_s = 3 * history.interval_s + history.config.prometheus.latency_offset_s
+    _wait_for_samples_older_than(golden_engine, margin_s + 10.0)
     window = 45.0
     end = time.time()
     history.read_columns(end - window, end, FLEET_SERIES_SIGNALS, 100, live=True)
@@ -131,12 +137,12 @@ def test_a_live_read_requeries_only_the_newest_instants_and_equals_a_fresh_read(
     assert RANGE_RESULTS.extended - extended_before >= 4  # every signal and up, from the final instants on
     history.drop_caches()
     fresh = history.read_columns(later - window, later, FLEET_SERIES_SIGNALS, 100)
-    final = fresh.ts <= end - 3 * history.interval_s - 30
+    final = fresh.ts <= end - margin_s
     assert final.any()
-    assert slid.ts[slid.ts <= end - 3 * history.interval_s - 30].tolist() == fresh.ts[final].tolist()
+    assert slid.ts[slid.ts <= end - margin_s].tolist() == fresh.ts[final].tolist()
     for name in FLEET_SERIES_SIGNALS:
         np.testing.assert_array_equal(
-            slid.values[name][slid.ts <= end - 3 * history.interval_s - 30], fresh.values[name][final]
+            slid.values[name][slid.ts <= end - margin_s], fresh.values[name][final]
         )
 
 
