@@ -358,8 +358,8 @@ class PrometheusHistory:
         client = self._source.client
         ttl_s = max(self.interval_s, 1.0)
         # A live read's instants older than this are final: scraped (an interval), recorded (another), a third
-        # for a slow scrape, and past the engine's latency offset (VictoriaMetrics answers from samples at least
-        # -search.latencyOffset old: newer instants may still change).
+        # for a slow scrape, and past the engine's latency offset (VictoriaMetrics answers from samples at
+        # least -search.latencyOffset old: newer instants may still change).
         offset_s = self.config.prometheus.latency_offset_s if self.config.prometheus is not None else 0.0
         final_before = self._clock() - 3 * self.interval_s - offset_s if live else None
 

@@ -141,9 +141,7 @@ def test_a_live_read_requeries_only_the_newest_instants_and_equals_a_fresh_read(
     assert final.any()
     assert slid.ts[slid.ts <= end - margin_s].tolist() == fresh.ts[final].tolist()
     for name in FLEET_SERIES_SIGNALS:
-        np.testing.assert_array_equal(
-            slid.values[name][slid.ts <= end - margin_s], fresh.values[name][final]
-        )
+        np.testing.assert_array_equal(slid.values[name][slid.ts <= end - margin_s], fresh.values[name][final])
 
 
 def _wait_for_samples_older_than(engine: Engine, age_s: float) -> None:
