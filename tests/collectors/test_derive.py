@@ -220,3 +220,17 @@ def test_completion_counted_ratios_span_a_minute_of_scrapes() -> None:
     assert all(pair == pytest.approx((3.0, 0.25)) for pair in seen[:12])  # within a minute of the finish
     assert seen[-1] == (None, None)  # a minute later no request finished in the window: unknown
     assert len(state.older) <= 13  # kept back to one full window, not forever
+    # and the older states hold only what the long window reads (a 1,000-server fleet keeps 12 per server)
+    assert all(
+        set(earlier.values)
+        <= {
+            f"sglang:{n}"
+            for n in (
+                "generation_tokens_total",
+                "spec_verify_calls_total",
+                "cached_tokens_total",
+                "prompt_tokens_total",
+            )
+        }
+        for earlier in state.older[1:]
+    )
