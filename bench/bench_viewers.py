@@ -31,7 +31,9 @@ Knobs (environment): SPECWATCH_BENCH_VIEWERS_SESSIONS=1,10,30, SPECWATCH_BENCH_V
 SPECWATCH_BENCH_VIEWERS_STORE=PATH (keep the filled store there and reuse it), SPECWATCH_BENCH_VIEWERS_MODE,
 SPECWATCH_BENCH_VIEWERS_BROWSER_NICE=N (run chromium at that niceness: its 0.06–0.1 core per tab is this
 machine's, where a real viewer's browser is on their own), SPECWATCH_BENCH_VIEWERS_GPUS=0 (the simulated
-servers' DCGM exporters left unscraped).
+servers' DCGM exporters left unscraped), SPECWATCH_BENCH_VIEWERS_TABS=K (only the first K sessions are
+chromium tabs, the rest speak the browser's protocol without drawing: ``bench/ws_viewer.py``; a tab draws at
+0.06–0.1 core of this box, so 30 tabs would need its two cores for the browser alone).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from typing import Any
 
 import yaml
 
+from bench.ws_viewer import ProtocolSession, ProtocolViewers
 from tests.loopback import CHROMIUM, CHROMIUM_ARGS, free_port, stop_group, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,6 +311,23 @@ def _stamp(hhmmss: str, near_ts: float) -> float:
     return min((ts - 86400, ts, ts + 86400), key=lambda t: abs(t - near_ts))
 
 
+class _Tab:
+    """A chromium tab read as a protocol session is: its refreshes (the poller's), exceptions, no error."""
+
+    error = ""
+
+    def __init__(self, page: Any) -> None:
+        self._page = page
+
+    @property
+    def refreshes(self) -> list[list[Any]]:
+        return list(self._page.evaluate("window.__refreshes || []"))
+
+    @property
+    def exceptions(self) -> int:
+        return int(self._page.locator('[data-testid="stException"]').count())
+
+
 @dataclass
 class _Setup:
     """What every phase shares: the store, the fleet's targets (in process mode), the webhook, a folder."""
@@ -317,6 +337,7 @@ class _Setup:
     window_s: float
     inprocess: bool
     browser_nice: int = 0
+    tabs: int | None = None  # chromium tabs among the sessions (None: all); the rest are protocol sessions
     targets: list[dict[str, Any]] = field(default_factory=list)
     webhook: _Webhook | None = None
 
@@ -353,15 +374,22 @@ def _phase(n: int, setup: _Setup) -> dict[str, Any]:
         if setup.browser_nice:  # the renderers fork from the zygote: they inherit its niceness
             for pid in _browser_pids(exclude={server.pid}):
                 os.setpriority(os.PRIO_PROCESS, pid, setup.browser_nice)
-        pages = []
+        pages, protocol = [], ProtocolViewers(url)
+        stack.callback(protocol.close)
+        tabs = n if setup.tabs is None else min(n, setup.tabs)
+        result["chromium_tabs"] = tabs
         for i in range(n):
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            context.add_init_script(POLLER)
-            page = context.new_page()
-            path = "fleet?range=15m" if i % 2 == 0 else f"server?server={WATCHED}&range=15m"
-            with suppress(PlaywrightTimeout):  # a starved browser: counted below as a session without a panel
-                page.goto(f"{url}/{path}", timeout=PAGE_TIMEOUT_MS, wait_until="commit")
-            pages.append(page)
+            fleet = i % 2 == 0
+            page_name, query = ("fleet", "range=15m") if fleet else ("server", f"server={WATCHED}&range=15m")
+            if i < tabs:
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                context.add_init_script(POLLER)
+                page = context.new_page()
+                with suppress(PlaywrightTimeout):  # a starved browser: counted below as without a panel
+                    page.goto(f"{url}/{page_name}?{query}", timeout=PAGE_TIMEOUT_MS, wait_until="commit")
+                pages.append(_Tab(page))
+            else:
+                pages.append(protocol.open(ProtocolSession(page_name, query)))
             if i == 0:  # the first session starts the runtime: let the collector run a few cycles
                 _wait_cycles(store, started, 3)
         result["sessions_without_a_panel"] = _wait_for_panels(pages)
@@ -376,8 +404,9 @@ def _phase(n: int, setup: _Setup) -> dict[str, Any]:
         time.sleep(setup.window_s * 2 / 3)
         cpu_end, browser_end, window_end = _cpu_s(server.pid), _cpu_of(browsers), time.time()
         rss, peak = _status_mb(server.pid)
-        lags = [_lag(page.evaluate("window.__refreshes || []"), window_start, window_end) for page in pages]
-        exceptions = sum(page.locator('[data-testid="stException"]').count() for page in pages)
+        lags = [_lag(page.refreshes, window_start, window_end) for page in pages]
+        exceptions = sum(page.exceptions for page in pages)
+        result["protocol_errors"] = sorted({page.error for page in pages if page.error})
         time.sleep(INTERVAL_S)  # the webhook's delivery after the last cycle
     intervals = (window_end - window_start) / INTERVAL_S
     cycles = _cycles(store, window_start, window_end)
@@ -470,12 +499,12 @@ def _cpu_of(pids: list[int]) -> float:
     return total
 
 
-def _wait_for_panels(pages: list[Any], timeout_s: float = PAGE_TIMEOUT_MS / 1000) -> int:
+def _wait_for_panels(pages: list[_Tab | ProtocolSession], timeout_s: float = PAGE_TIMEOUT_MS / 1000) -> int:
     """Until every tab shows its live panel (or the deadline); how many never did."""
     deadline = time.monotonic() + timeout_s
     waiting = list(pages)
     while waiting and time.monotonic() < deadline:
-        waiting = [page for page in waiting if not page.evaluate("(window.__refreshes || []).length")]
+        waiting = [page for page in waiting if not page.refreshes]
         time.sleep(1.0)
     return len(waiting)
 
@@ -500,6 +529,7 @@ def main() -> dict[str, object]:
     window_s = float(os.environ.get("SPECWATCH_BENCH_VIEWERS_WINDOW_S", WINDOW_S))
     inprocess = os.environ.get("SPECWATCH_BENCH_VIEWERS_MODE", "inprocess") != "standin"
     nice = int(os.environ.get("SPECWATCH_BENCH_VIEWERS_BROWSER_NICE", "0"))
+    tabs = os.environ.get("SPECWATCH_BENCH_VIEWERS_TABS")
     started = time.perf_counter()
     store = _store()
     folder = Path(tempfile.mkdtemp(prefix="specwatch-bench-viewers-"))
@@ -513,8 +543,9 @@ def main() -> dict[str, object]:
         "store_ready_s": round(time.perf_counter() - started, 1),
         "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
         "browser_nice": nice,
+        "chromium_tabs_at_most": tabs or "every session",
     }
-    setup = _Setup(store, folder, window_s, inprocess, nice)
+    setup = _Setup(store, folder, window_s, inprocess, nice, int(tabs) if tabs else None)
     # SIGTERM (timeout, a CI cancel) unwinds like an exception: the servers and browsers started here stop.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with ExitStack() as stack:

@@ -17,6 +17,26 @@ def golden_text() -> str:
     return GOLDEN_PROM.read_text(encoding="utf-8")
 
 
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most tests wait on servers and
+# engines, not the CPU (a serial run kept the load average under 1). The tests that load the whole box run on
+# one worker, one after the other, never two side by side: two 100-target kill loops at once time their own
+# scrapes out (measured: a flapping target's extra down, paged as it should be, failed a count).
+BOX_LOADING = "box_loading"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{BOX_LOADING}: loads the whole box (kill loops, busy CPUs): one at a time under xdist"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(BOX_LOADING) or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group(BOX_LOADING))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_render_pace() -> None:
     """Every test starts at a fresh process's pace (views.refresh measures the whole process's renders: a

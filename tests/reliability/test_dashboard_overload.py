@@ -38,7 +38,7 @@ from tests.loopback import free_port
 from tests.views.conftest import page_test
 from views import refresh
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.box_loading]
 
 INTERVAL_S = 1.0
 SERVERS = 4

@@ -13,6 +13,7 @@ within two intervals.
 
 from __future__ import annotations
 
+import itertools
 import random
 import sqlite3
 import subprocess
@@ -39,7 +40,7 @@ from tests.reliability.harness import (
     transitions_notified,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.box_loading]
 
 TARGETS = 100
 FLAPPING = 4  # targets that go down and come back during the run: the alerts fire and resolve across kills
@@ -167,12 +168,21 @@ def check_alerts(store: Path, fleet: Fleet, kill_times: list[float]) -> None:
         )
         rows = db.execute("SELECT target, state FROM alert_instances WHERE rule = 'TargetDown'")
         states = dict(rows.fetchall())
+        episodes = {target: _down_episodes(db, target) for target in fingerprints}
     for target, fingerprint in fingerprints.items():
-        # One page per time the target went down, at most (a short outage inside a dead gap pages nothing).
-        assert firing[fingerprint] <= fleet.downs[target], target
+        # One page per time the target went down, at most (a short outage inside a dead gap pages nothing):
+        # the times the fleet took it down, or more if the collector saw more (a scrape timing out on a box
+        # busy with other work is a down the collector really saw, and pages).
+        assert firing[fingerprint] <= max(fleet.downs[target], episodes[target]), target
     for index, server in enumerate(fleet.servers[:FLAPPING]):
         target = f"k3-{index:03d}"
         assert (states.get(target) == "firing") == (server.metrics_status != 200), target
+
+
+def _down_episodes(db: sqlite3.Connection, target: str) -> int:
+    """How many times the stored rows of ``target`` went from up (or nothing yet) to down."""
+    ups = [int(up) for (up,) in db.execute("SELECT up FROM samples WHERE target = ? ORDER BY ts", (target,))]
+    return sum(1 for before, now in itertools.pairwise([1, *ups]) if before == 1 and now == 0)
 
 
 def settle(process: subprocess.Popen[bytes], store: Path, fleet: Fleet, log: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from bench.bench_soak import run_soak
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.box_loading]
 
 
 def test_short_soak_loses_nothing_and_stays_flat(tmp_path: Path) -> None:
