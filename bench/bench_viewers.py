@@ -374,7 +374,8 @@ def _phase(n: int, setup: _Setup) -> dict[str, Any]:
         if setup.browser_nice:  # the renderers fork from the zygote: they inherit its niceness
             for pid in _browser_pids(exclude={server.pid}):
                 os.setpriority(os.PRIO_PROCESS, pid, setup.browser_nice)
-        pages, protocol = [], ProtocolViewers(url)
+        pages: list[_Tab | ProtocolSession] = []
+        protocol = ProtocolViewers(url)
         stack.callback(protocol.close)
         tabs = n if setup.tabs is None else min(n, setup.tabs)
         result["chromium_tabs"] = tabs

@@ -47,7 +47,7 @@ class ProtocolSession:
         if fragment_id:
             state.fragment_id = fragment_id
             state.is_auto_rerun = True
-        return message.SerializeToString()
+        return bytes(message.SerializeToString())
 
     def _read(self, data: bytes) -> list[tuple[str, float]]:
         """Record what one ForwardMsg says; the auto-reruns it asks for (fragment id, interval s)."""
