@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from collectors.errors import QueryError, StoreError
@@ -151,16 +152,28 @@ def test_history_from_recorded_series_equals_history_from_raw_series(
     assert config.prometheus is not None
     prometheus = config.prometheus.model_copy(update={"use_recording_rules": True})
     recorded_config = config.model_copy(update={"prometheus": prometheus})
-    end = time.time() - 1
-    frames = {}
-    for name, settings in (("raw", config), ("recorded", recorded_config)):
+    signals = ("running", "kv_usage", "state_pool_usage", "accept_length", "avg_context_tokens")
+
+    def read(settings: Config, end: float) -> pd.DataFrame:
         store = PrometheusHistory(settings)
         try:
-            frames[name] = read_frame(store, end - 4, end, ["golden"]).set_index("ts")
+            return read_frame(store, end - 4, end, ["golden"]).set_index("ts")
         finally:
             store.close()
-    raw, recorded = frames["raw"], frames["recorded"]
+
+    # The rules' first evaluations come a few seconds after the engine's first scrapes: on a young engine (the
+    # first test of a worker) the window's oldest instant has no recorded sample yet. Wait until the rules
+    # cover the whole window (a recorded series that never does still fails below).
+    deadline = time.monotonic() + 15
+    while True:
+        end = time.time() - 1
+        recorded = read(recorded_config, end)
+        covered = len(recorded) >= 3 and not recorded[list(signals)].isna().any().any()
+        if covered or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    raw = read(config, end)
     assert len(recorded) >= 3
     assert list(recorded.index) == list(raw.index)
-    for signal in ("running", "kv_usage", "state_pool_usage", "accept_length", "avg_context_tokens"):
+    for signal in signals:
         assert recorded[signal].to_list() == pytest.approx(raw[signal].to_list()), signal
