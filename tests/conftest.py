@@ -18,9 +18,12 @@ def golden_text() -> str:
 
 
 # `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most tests wait on servers and
-# engines, not the CPU (a serial run kept the load average under 1). The tests that load the whole box run on
-# one worker, one after the other, never two side by side: two 100-target kill loops at once time their own
-# scrapes out (measured: a flapping target's extra down, paged as it should be, failed a count).
+# engines, not the CPU (a serial run kept the load average under 1). Two groups keep the order and company a
+# serial run gave them. The tests that load the whole box run on one worker, one after the other: two
+# 100-target kill loops side by side timed their own scrapes out (a real down, paged, that a count took for
+# a false page). The tests on real engines run on one worker in collection order, so each meets its session
+# engine as aged as in a serial run (tests/prometheus/conftest.py orders them): a recorded-series read on a
+# worker's young engine found no recorded sample yet at its window's start.
 BOX_LOADING = "box_loading"
 
 
@@ -35,6 +38,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker(BOX_LOADING) or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group(BOX_LOADING))
+        elif item.get_closest_marker("engines") or "golden_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("engines"))
 
 
 @pytest.fixture(autouse=True)
