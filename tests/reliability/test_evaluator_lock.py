@@ -122,7 +122,8 @@ def test_a_standby_daemon_takes_over_when_the_first_stops(tmp_path: Path, server
         wait_until(lambda: cycles_stored(store) > 0)
         standby_config = write_config(tmp_path, server.url, name="second")
         standby = start(standby_config, "--standby")
-        time.sleep(2.0)
+        # Until it says so (a fixed wait let a slow start on a busy box find the lock already free).
+        wait_until(lambda: "standing by" in log_of(standby_config))
         assert standby.poll() is None  # waiting, not refused
         stop(first)
         before = cycles_stored(store)
