@@ -9,6 +9,7 @@ health, from ``watch_source``) every per-target instance holds and only SourceDo
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -31,12 +32,12 @@ from alerts.rules import Rule
 from alerts.scopes import ScopeCache, scope_members, scope_target
 from alerts.state_store import AlertStateStore
 from alerts.statemachine import next_state
-from alerts.window import TargetHistory
+from alerts.window import LONG_SIGNALS, TargetHistory
 from analysis.slo_budget import slo_scopes
 from collectors.errors import StoreError
 from collectors.history import HistoryStore
 from collectors.model import Event, Recipe, SourceHealth, TargetSnapshot
-from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, snapshots_of
+from collectors.sample_columns import SAMPLE_TEXTS, SAMPLE_VALUES, SampleColumns, snapshots_of
 from collectors.secrets import safe_url
 from collectors.slo import Scope, Slo
 from collectors.slo_ledger import SloCounts
@@ -166,6 +167,7 @@ class AlertEngine:
         self._on_notify = on_notify
 
         self.horizon_s = max([rule.horizon_s for rule in self.rules] + [cadence]) + 2 * cadence
+        self.long_horizon_s = max([r.long_horizon_s + 2 * cadence for r in self.rules] + [self.horizon_s])
         self.baseline_s = max([rule.baseline_s for rule in self.rules] + [0.0])
         self._histories: dict[str, TargetHistory] = {}
         self._live: dict[str, _Live] = {}
@@ -184,30 +186,54 @@ class AlertEngine:
     def restore(self) -> int:
         """Reload alert states and rebuild the windows from history; returns how many instances came back.
 
-        The rule windows come back at full resolution; older history (AcceptLengthRegression looks for recipe
-        changes up to its ``lookback_s``) is read coarsely first, only to find the previous recipe's samples.
+        The last ``horizon_s`` comes back as whole snapshots, the rest of ``long_horizon_s`` as columns at
+        full resolution; older history (AcceptLengthRegression looks for recipe changes up to its
+        ``lookback_s``) is read coarsely first, only to find the previous recipe's samples.
         """
         now = self._clock()
         with self._lock:
             self._live = {i.fingerprint: _live_from(i) for i in self._store.active()}
             if self._history_store is not None:
-                lookback_s = max([rule.lookback_s for rule in self.rules] + [self.horizon_s])
-                spans = [(now - self.horizon_s, now, 2000)]
-                if lookback_s > self.horizon_s:
-                    spans.insert(0, (now - lookback_s, now - self.horizon_s, 240))
+                lookback_s = max([rule.lookback_s for rule in self.rules] + [self.long_horizon_s])
+                whole_from = now - self.horizon_s
+                spans = [  # reads are [start, end]: the whole snapshots' span owns its first instant
+                    (now - lookback_s, now - self.long_horizon_s, 240),
+                    (now - self.long_horizon_s, whole_from - 1e-3, 2000),
+                ]
                 try:
                     for start, end, points in spans:
-                        columns = self._history_store.read_columns(
-                            start, end, SAMPLE_VALUES, points, texts=SAMPLE_TEXTS
-                        )
-                        for snapshot in snapshots_of(columns):
-                            self._history(snapshot.target).add(snapshot)
+                        if end > start:
+                            self._restore_samples(
+                                self._history_store.read_columns(
+                                    start, end, LONG_SIGNALS, points, texts=("recipe_id", "deployment")
+                                )
+                            )
+                    columns = self._history_store.read_columns(
+                        whole_from, now, SAMPLE_VALUES, 2000, texts=SAMPLE_TEXTS
+                    )
+                    for snapshot in snapshots_of(columns):
+                        self._history(snapshot.target).add(snapshot)
                 except StoreError as exc:
                     # A history that cannot be read (the fleet's Prometheus down at start) must not stop the
                     # alerts: the windows fill from live cycles instead, and SourceDown says why.
                     log.warning("history not replayed, the rule windows start empty: %s", exc)
             self._last_eval_ts = None
             return len(self._live)
+
+    def _restore_samples(self, columns: SampleColumns) -> None:
+        """Older history into the windows' columns only (no whole snapshots: see ``alerts.window``)."""
+        values = [columns.values[name].tolist() for name in LONG_SIGNALS]
+        recipes, deployments = columns.texts["recipe_id"].tolist(), columns.texts["deployment"].tolist()
+        for i, (target, ts, up) in enumerate(
+            zip(columns.target.tolist(), columns.ts.tolist(), columns.up.tolist(), strict=True)
+        ):
+            self._history(str(target)).add_sample(
+                ts,
+                up,
+                recipes[i] or None,
+                deployments[i] or "",
+                [None if math.isnan(v[i]) else v[i] for v in values],
+            )
 
     def __call__(self, snapshots: Sequence[TargetSnapshot], events: Sequence[Event]) -> None:
         self.observe(snapshots)
@@ -545,7 +571,7 @@ class AlertEngine:
     def _history(self, target: str) -> TargetHistory:
         history = self._histories.get(target)
         if history is None:
-            history = TargetHistory(target, self.horizon_s, self.baseline_s)
+            history = TargetHistory(target, self.horizon_s, self.baseline_s, self.long_horizon_s)
             self._histories[target] = history
         return history
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from alerts.model import Condition, Evaluation
 from alerts.promql import Exported, PromQL
-from alerts.rules.base import Rule, mean_signal, no_data, percent, setting
+from alerts.rules.base import Rule, no_data, percent, setting
 from alerts.rules.threshold import Bound, ThresholdSettings
 from alerts.window import TargetHistory
 from analysis.words import tokens
-from collectors.model import Recipe, TargetSnapshot
+from collectors.model import Recipe
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +76,10 @@ class AcceptLengthRegression(Rule[RegressionSettings]):
 
     @property
     def horizon_s(self) -> float:
+        return 0.0  # it reads the columns only
+
+    @property
+    def long_horizon_s(self) -> float:
         return max(self.settings.window_s, self.settings.baseline_window_s)
 
     @property
@@ -84,11 +88,7 @@ class AcceptLengthRegression(Rule[RegressionSettings]):
 
     @property
     def lookback_s(self) -> float:
-        return max(self.horizon_s, self.settings.lookback_s)  # a restart must find changes this old
-
-    def _busy(self, snapshots: Sequence[TargetSnapshot]) -> list[TargetSnapshot]:
-        floor = self.settings.min_running
-        return [s for s in snapshots if s.up and s.signals.running is not None and s.signals.running >= floor]
+        return max(self.long_horizon_s, self.settings.lookback_s)  # a restart must find changes this old
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
@@ -98,8 +98,8 @@ class AcceptLengthRegression(Rule[RegressionSettings]):
         if previous is None or history.recipe_id is None or now - previous.changed_at > s.lookback_s:
             return []
         start = max(now - s.window_s, previous.changed_at + s.settle_s)
-        current = self._busy([x for x in history.since(start) if x.recipe_id == history.recipe_id])
-        baseline = self._busy(previous.snapshots)
+        current = history.samples_since(start).busy(s.min_running, history.recipe_id)
+        baseline = previous.samples.busy(s.min_running)
         if len(current) < s.min_samples or len(baseline) < s.min_samples:
             return [
                 no_data(
@@ -107,7 +107,7 @@ class AcceptLengthRegression(Rule[RegressionSettings]):
                 )
             ]
         means = {
-            name: (mean_signal(current, name), mean_signal(baseline, name))
+            name: (current.mean(name), baseline.mean(name))
             for name in ("accept_length", "output_tok_s", "running", "avg_context_tokens")
         }
         accept_fall = (

@@ -9,10 +9,11 @@ log(context).
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
+
+import numpy as np
 
 from alerts.model import Condition, Evaluation
 from alerts.promql import JOIN, Exported, PromQL, hysteresis, number, show
@@ -143,30 +144,25 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
 
     def __init__(self, settings: AcceptanceDecaySettings) -> None:
         super().__init__(settings)
-        # Fit rows per target, by snapshot ts: a cache, so each cycle converts only the new snapshots of a
-        # 30-minute window (the conversion dominated the engine's cost before).
-        self._rows: dict[str, deque[tuple[TargetSnapshot, Row | None]]] = {}
         self.probes: ProbeEvidence | None = None  # set by the service when probes are enabled
 
-    def forget(self, target: str) -> None:
-        self._rows.pop(target, None)
+    @property
+    def horizon_s(self) -> float:
+        return 0.0  # it reads the columns only (and the latest snapshot)
+
+    @property
+    def long_horizon_s(self) -> float:
+        return self.settings.window_s
 
     def _window_rows(self, history: TargetHistory, start_ts: float) -> list[Row]:
-        cache = self._rows.setdefault(history.target, deque())
-        if cache:
-            tail = history.since(cache[-1][0].ts)
-            if tail and tail[0] is cache[-1][0]:
-                new = tail[1:]
-            else:  # not the history the cache was built from (another engine, a replay): start over
-                cache.clear()
-                new = history.since(start_ts)
-        else:
-            new = history.since(start_ts)
-        minimum = self.settings.min_running
-        cache.extend((snapshot, decay_row(snapshot, minimum)) for snapshot in new if snapshot.ts >= start_ts)
-        while cache and cache[0][0].ts < start_ts:
-            cache.popleft()
-        return [row for _, row in cache if row is not None]
+        """The window's busy samples that know accept length and context, as fit rows."""
+        busy = history.samples_since(start_ts).busy(self.settings.min_running)
+        context, accept = busy.signal("avg_context_tokens"), busy.signal("accept_length")
+        keep = (context > 0) & ~np.isnan(accept)
+        step = busy.signal("step_latency_s")[keep]
+        steps = step.astype(object)
+        steps[np.isnan(step)] = None  # unknown, as a fit row says it
+        return list(zip(np.log(context[keep]).tolist(), accept[keep].tolist(), steps.tolist(), strict=True))
 
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]

@@ -184,13 +184,19 @@ class Rule(ABC, Generic[SettingsT]):
 
     @property
     def horizon_s(self) -> float:
-        """Seconds of history this rule looks at (the engine keeps at least this much per target)."""
+        """Seconds of whole snapshots this rule reads (``history.since``; the engine keeps at least this
+        much per target)."""
         return float(getattr(self.settings, "window_s", 0.0))
 
     @property
+    def long_horizon_s(self) -> float:
+        """Seconds of columns this rule reads (``history.samples_since``: ``alerts.window.LONG_SIGNALS``)."""
+        return 0.0
+
+    @property
     def lookback_s(self) -> float:
-        """Seconds of history a restart replays for this rule (at least its horizon)."""
-        return self.horizon_s
+        """Seconds of history a restart replays for this rule (at least its horizons)."""
+        return max(self.horizon_s, self.long_horizon_s)
 
     @property
     def baseline_s(self) -> float:

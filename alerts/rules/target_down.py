@@ -31,11 +31,8 @@ class TargetDown(Rule[TargetDownSettings]):
             return []
         if latest.up:
             return [Evaluation(Condition.CLEAR, 0.0)]
-        down_since = latest.ts
-        for snapshot in reversed(list(history)):
-            if snapshot.up or snapshot.unknown:
-                break  # an unknown gap (the source was blind) does not count as down time
-            down_since = snapshot.ts
+        since = history.down_since()
+        down_since = latest.ts if since is None else since
         down_s = max(0.0, now - down_since)
         error = latest.error or "no answer"
         return [
