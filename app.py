@@ -27,7 +27,7 @@ from collectors.errors import StoreError
 from collectors.model import CollectorHealth
 from collectors.store.integrity import store_folder_problem
 from config import Config, ConfigError, DashboardSettings, SimSettings, load_config
-from views import access, data
+from views import access, allocator, data
 from views.formatting import plain
 from views.menu import PAGES
 from views.page_context import PageContext, time_range_picker
@@ -246,7 +246,11 @@ def start_runtime(key: str, _config: Config, collect: bool) -> Runtime:
     """Start the simulated fleet and the collector once per process (``key`` is the config's JSON)."""
     del key
     config = _config
+    allocator.limit_arenas()  # before the collector's and the sessions' threads: see views/allocator.py
     runtime = Runtime(config=config, note="")
+    trimmed = threading.Event()
+    allocator.trim_periodically(trimmed)
+    runtime.stoppers.append(trimmed.set)
     try:
         if config.sim is not None:
             config = _start_sim(config, config.sim, runtime)
