@@ -15,8 +15,10 @@ Measured over a window of ``WINDOW_S`` once every tab shows its live panel:
 - **refresh lag per session**: each tab records when its live panel's "updated HH:MM:SS UTC" changes (a
   poller in the page, every 200 ms); the lag is the longest gap between two refreshes minus the interval.
 - **collector cycles missed**: per target, its rows in the store over the window (a cycle writes one row
-  per target, stamped when that target's scrape ended) against the window's intervals, and the longest gap
-  between two rows of a target.
+  per target, stamped when that target's scrape ended), the longest gap between two rows of a target, and
+  the cycles missing between them (a gap of k intervals is k − 1 cycles not made; the collector runs on a
+  fixed grid, so a target with one row fewer than the window's intervals but no gap past 1.5 intervals lost
+  nothing: its scrape ended a little later at one end of the window than at the other).
 - **alert evaluation delay**: a canary target (a loopback server answering a golden SGLang body) is shut
   a third of the way into the window; ``TargetDown`` (``for_s: 0``) goes to a loopback webhook. Reported:
   the first down row to the firing transition (the evaluating cycle's time), and that to the webhook's
@@ -251,10 +253,15 @@ def _cycles(store: Path, start_ts: float, end_ts: float) -> dict[str, Any]:
     rows = _rows(store, start_ts, end_ts)
     counts = sorted(len(stamps) for stamps in rows.values())
     gaps = [b - a for stamps in rows.values() for a, b in itertools.pairwise(stamps)]
+    missing = [
+        sum(max(0, round((b - a) / INTERVAL_S) - 1) for a, b in itertools.pairwise(stamps))
+        for stamps in rows.values()
+    ]
     return {
         "targets": len(rows),
         "rows_per_target": [counts[0], counts[-1]] if counts else [0, 0],
         "longest_gap_s": round(max(gaps), 2) if gaps else None,
+        "missed": max(missing, default=0),
     }
 
 
@@ -427,7 +434,6 @@ def _phase(n: int, setup: _Setup) -> dict[str, Any]:
             "cycles": {
                 "intervals": round(intervals, 1),
                 **cycles,
-                "missed": max(0, int(intervals) - cycles["rows_per_target"][0]),
             },
             "rss_mb": round(rss),
             "peak_rss_mb": round(peak),
