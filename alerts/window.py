@@ -6,7 +6,7 @@ were ~320 MB of the dashboard's process):
 - the last ``horizon_s`` as whole snapshots: the threshold rules average any signal over ≤ 5 minutes;
 - the last ``long_horizon_s`` as columns of the few values the long-window rules read (``LONG_SIGNALS``,
   up, the recipe): AcceptanceDecay's 30-minute fit, AcceptLengthRegression's windows, how long a target has
-  been down. 64 bytes a sample.
+  been down, RadixCacheWaste's 5 minutes. 80 bytes a sample.
 
 A recipe change freezes the previous recipe's last ``baseline_s`` of columns (what AcceptLengthRegression
 compares against).
@@ -34,6 +34,8 @@ LONG_SIGNALS: tuple[str, ...] = (
     "accept_length",
     "step_latency_s",
     "output_tok_s",
+    "cache_hit_rate",  # RadixCacheWaste's 5 minutes
+    "state_pool_usage",
 )
 _TS, _UP, _RECIPE = 0, 1, 2  # columns before the signals
 _WIDTH = 3 + len(LONG_SIGNALS)
@@ -72,6 +74,9 @@ class Samples:
                 return Samples(data[:0], self.recipe_ids)
             mask &= data[:, _RECIPE] == code
         return Samples(data[mask], self.recipe_ids)
+
+    def up(self) -> Samples:
+        return Samples(self.data[self.data[:, _UP] == 1.0], self.recipe_ids)
 
     def mean(self, name: str) -> float | None:
         """Mean of one signal over the samples that know it; None when none does."""
@@ -235,6 +240,16 @@ class TargetHistory:
         view = self._columns.view()
         index = int(np.searchsorted(view[:, _TS], start_ts, side="left"))
         return Samples(view[index:], tuple(self._recipe_ids))
+
+    def up_window(self, start_ts: float) -> Samples:
+        """The up samples with ts ≥ start_ts; none there, the newest sample alone if it is up (a window
+        longer than the scrape interval still judges a target scraped less often)."""
+        window = self.samples_since(start_ts).up()
+        if len(window):
+            return window
+        view = self._columns.view()
+        newest = view[-1:] if len(view) and view[-1, _UP] == 1.0 else view[:0]
+        return Samples(newest, tuple(self._recipe_ids))
 
     def down_since(self) -> float | None:
         """When the current run of down samples began (None while the newest sample is not down). A gap of

@@ -7,6 +7,7 @@ throughput).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,14 @@ class RadixCacheWaste(ThresholdRule[RadixWasteSettings]):
     name = "RadixCacheWaste"
     settings_class = RadixWasteSettings
 
+    @property
+    def horizon_s(self) -> float:
+        return 0.0  # its 5 minutes are read from the columns (alerts.window)
+
+    @property
+    def long_horizon_s(self) -> float:
+        return self.settings.window_s
+
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
     ) -> Sequence[Evaluation]:
@@ -56,11 +65,11 @@ class RadixCacheWaste(ThresholdRule[RadixWasteSettings]):
             return [no_data("recipe unknown: cannot tell whether the radix cache is on")]
         if disabled:
             return [Evaluation(Condition.CLEAR, None, "", "radix cache off")]
-        window = self.window(history, now)
-        running = window[-1].signals.running if window else None
-        if running is not None and running < s.min_running:
+        window = history.up_window(now - s.window_s)
+        running = float(window.signal("running")[-1]) if len(window) else math.nan
+        if running < s.min_running:  # NaN (unknown) is not idle
             return [Evaluation(Condition.CLEAR, None, "", "idle: below the traffic floor")]
-        means = self.means(window)
+        means = {bound.value: window.mean(bound.value) for bound in s.bounds}
         hit, pool = means["cache_hit_rate"], means["state_pool_usage"]
         if hit is None or pool is None:
             return [no_data("cache hit rate or state-pool usage unknown")]
