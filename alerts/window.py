@@ -21,11 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from collectors.model import Signals, TargetSnapshot
-
-FloatArray = npt.NDArray[np.float64]
+from collectors.sample_columns import FloatArray
 
 # The signals the long-window rules read; everything else is only kept for ``horizon_s``.
 LONG_SIGNALS: tuple[str, ...] = (
