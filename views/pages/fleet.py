@@ -203,8 +203,10 @@ def _totals(totals: fleet_frames.FleetTotals, slo_firing: int = 0) -> None:
     row2 = st.columns(4)
     row2[0].metric(
         "Accept length (median)",
-        formatting.num(totals.accept_length_median, ".2f", "tok/step"),
-        help="numerator: accepted tokens per verify step, median over servers up",
+        # Bare, as SGLang's logs print "accept len": "2.47 tok/step" does not fit a quarter-width tile and
+        # was cut to "2.47 tok/s…", a wrong unit.
+        formatting.num(totals.accept_length_median, ".2f"),
+        help="numerator: accepted tokens per verify step (tok/step), median over servers up",
         border=True,
     )
     row2[1].metric(
