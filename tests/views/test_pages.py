@@ -124,7 +124,7 @@ def test_choosing_a_server_opens_its_page(open_page: OpenPage) -> None:
     assert_clean(at)
     assert at.query_params["server"] == "k3-east-2"
     assert "**k3-east-2**" in markdown(at)
-    assert metrics(at)["Accept length"] == f"{fx.TUNED_48.accept:.2f} tok/step"
+    assert metrics(at)["Accept length"] == f"{fx.TUNED_48.accept:.2f}"
 
 
 # -- Server --------------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def test_server_page_shows_the_fraction(seed_case: SeedCase) -> None:
     assert_clean(at)
     load = fx.DEFAULT_48
     shown = metrics(at)
-    assert shown["Accept length"] == f"{load.accept:.2f} tok/step"
+    assert shown["Accept length"] == f"{load.accept:.2f}"
     assert shown["Step latency"] == f"{load.step_s * 1000:.1f} ms"
     assert shown["Per request"] == f"{load.accept / load.step_s:.1f} tok/s"
     assert shown["Running / cap"] == "48 / 48"
