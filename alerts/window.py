@@ -55,10 +55,6 @@ class Samples:
     def __len__(self) -> int:
         return len(self.data)
 
-    @property
-    def ts(self) -> FloatArray:
-        return self.data[:, _TS]
-
     def signal(self, name: str) -> FloatArray:
         return self.data[:, _column(name)]
 
@@ -67,13 +63,13 @@ class Samples:
         data = self.data
         mask = (data[:, _UP] == 1.0) & (data[:, _column("running")] >= min_running)  # NaN is never busy
         if recipe_id is not None:
-            code = self.recipe_ids.index(recipe_id) if recipe_id in self.recipe_ids else None
-            if code is None:
+            if recipe_id not in self.recipe_ids:
                 return Samples(data[:0], self.recipe_ids)
-            mask &= data[:, _RECIPE] == code
+            mask &= data[:, _RECIPE] == self.recipe_ids.index(recipe_id)
         return Samples(data[mask], self.recipe_ids)
 
     def up(self) -> Samples:
+        """The samples of a target that answered (neither down nor unknown)."""
         return Samples(self.data[self.data[:, _UP] == 1.0], self.recipe_ids)
 
     def mean(self, name: str) -> float | None:

@@ -9,7 +9,7 @@ log(context).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -20,7 +20,7 @@ from alerts.promql import JOIN, Exported, PromQL, hysteresis, number, show
 from alerts.rules.base import Rule, no_data, percent, setting
 from alerts.rules.probe_evidence import ProbeEvidence, probe_decay
 from alerts.rules.threshold import Bound, ThresholdSettings
-from alerts.window import TargetHistory
+from alerts.window import Samples, TargetHistory
 from analysis.stats import LineFit, fit_line, quantile
 from analysis.words import tokens
 from collectors.model import Recipe, TargetSnapshot, loss_shares
@@ -103,22 +103,25 @@ class DecayFit:
 Row = tuple[float, float, float | None]  # (log context, accept length, step latency s)
 
 
-def decay_row(snapshot: TargetSnapshot, min_running: float = 0.0) -> Row | None:
-    """A busy sample that knows accept length and context, as a fit row; None otherwise."""
-    signals = snapshot.signals
-    running, context, accept = signals.running, signals.avg_context_tokens, signals.accept_length
-    if running is None or running < min_running or accept is None or not context or context <= 0:
-        return None
-    return (math.log(context), accept, signals.step_latency_s)
+def decay_rows(samples: Samples, min_running: float = 0.0) -> list[Row]:
+    """The busy samples (at least ``min_running`` running) that know accept length and context, as fit
+    rows."""
+    busy = samples.busy(min_running)
+    context, accept = busy.signal("avg_context_tokens"), busy.signal("accept_length")
+    keep = (context > 0) & ~np.isnan(accept)
+    step = busy.signal("step_latency_s")[keep]
+    steps = step.astype(object)
+    steps[np.isnan(step)] = None  # unknown, as a fit row says it
+    return list(zip(np.log(context[keep]).tolist(), accept[keep].tolist(), steps.tolist(), strict=True))
 
 
-def decay_rows(samples: Iterable[TargetSnapshot], min_running: float = 0.0) -> list[Row]:
-    return [row for row in (decay_row(s, min_running) for s in samples) if row is not None]
-
-
-def fit_decay(samples: Sequence[TargetSnapshot], min_context_ratio: float = 1.0) -> DecayFit | None:
-    """Fit accept length on log(context) over the busy ``samples``; see ``fit_rows``."""
-    return fit_rows(decay_rows(samples), min_context_ratio)
+def fit_decay(snapshots: Sequence[TargetSnapshot], min_context_ratio: float = 1.0) -> DecayFit | None:
+    """Fit accept length on log(context) over the busy ``snapshots`` (one target's, in time order); see
+    ``fit_rows``."""
+    history = TargetHistory("fit", horizon_s=0.0, long_horizon_s=math.inf)
+    for snapshot in snapshots:
+        history.add(snapshot)
+    return fit_rows(decay_rows(history.samples_since(-math.inf)), min_context_ratio)
 
 
 def fit_rows(rows: Sequence[Row], min_context_ratio: float = 1.0) -> DecayFit | None:
@@ -154,16 +157,6 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
     def long_horizon_s(self) -> float:
         return self.settings.window_s
 
-    def _window_rows(self, history: TargetHistory, start_ts: float) -> list[Row]:
-        """The window's busy samples that know accept length and context, as fit rows."""
-        busy = history.samples_since(start_ts).busy(self.settings.min_running)
-        context, accept = busy.signal("avg_context_tokens"), busy.signal("accept_length")
-        keep = (context > 0) & ~np.isnan(accept)
-        step = busy.signal("step_latency_s")[keep]
-        steps = step.astype(object)
-        steps[np.isnan(step)] = None  # unknown, as a fit row says it
-        return list(zip(np.log(context[keep]).tolist(), accept[keep].tolist(), steps.tolist(), strict=True))
-
     def evaluate(
         self, history: TargetHistory, now: float, recipes: Mapping[str, Recipe]
     ) -> Sequence[Evaluation]:
@@ -179,7 +172,7 @@ class AcceptanceDecayWithContext(Rule[AcceptanceDecaySettings]):
         assert latest is not None
         if latest.signals.running is not None and latest.signals.running < s.min_running:
             return Evaluation(Condition.CLEAR, None, "", "idle: below the traffic floor")
-        rows = self._window_rows(history, now - s.window_s)
+        rows = decay_rows(history.samples_since(now - s.window_s), s.min_running)
 
         if len(rows) < s.min_samples:
             return no_data(f"{len(rows)} busy samples with accept length and context (need {s.min_samples})")

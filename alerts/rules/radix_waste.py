@@ -69,7 +69,7 @@ class RadixCacheWaste(ThresholdRule[RadixWasteSettings]):
         running = float(window.signal("running")[-1]) if len(window) else math.nan
         if running < s.min_running:  # NaN (unknown) is not idle
             return [Evaluation(Condition.CLEAR, None, "", "idle: below the traffic floor")]
-        means = {bound.value: window.mean(bound.value) for bound in s.bounds}
+        means = self.means(window)
         hit, pool = means["cache_hit_rate"], means["state_pool_usage"]
         if hit is None or pool is None:
             return [no_data("cache hit rate or state-pool usage unknown")]

@@ -15,6 +15,7 @@ from typing import ClassVar, TypeVar
 from alerts.model import Condition
 from alerts.promql import JOIN, Exported, PromQL, hysteresis, number
 from alerts.rules.base import Rule, RuleSettings, mean_signal, setting
+from alerts.window import Samples
 from collectors.model import TargetSnapshot
 
 
@@ -87,8 +88,11 @@ class ThresholdRule(Rule[ThresholdSettingsT]):
 
     fires_on_any: ClassVar[bool] = False
 
-    def means(self, window: Sequence[TargetSnapshot]) -> dict[str, float | None]:
-        """The window mean of each bound's signal (None: no snapshot knows it)."""
+    def means(self, window: Sequence[TargetSnapshot] | Samples) -> dict[str, float | None]:
+        """The window mean of each bound's signal (None: no sample knows it), over whole snapshots or
+        the columns (``alerts.window``)."""
+        if isinstance(window, Samples):
+            return {bound.value: window.mean(bound.value) for bound in self.settings.bounds}
         return {bound.value: mean_signal(window, bound.value) for bound in self.settings.bounds}
 
     def condition(self, means: Mapping[str, float | None]) -> Condition:
