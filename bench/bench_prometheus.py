@@ -19,11 +19,13 @@ Knobs (environment): SPECWATCH_BENCH_PROM_DATA (/tmp/specwatch-bench-prom: kept 
 the next run), SPECWATCH_BENCH_PROM_SERVERS (1000), SPECWATCH_BENCH_PROM_PAGES (fleet,server,context,
 capacity,recipes,slo), SPECWATCH_BENCH_PROM_RANGES (15m,24h,7d), SPECWATCH_BENCH_PROM_BACKENDS (embedded,
 victoria-metrics,prometheus), SPECWATCH_BENCH_PROM_RUNS (3), SPECWATCH_BENCH_PROM_HOURS (168: the engines'
-history; the embedded store always holds bench_pages' week).
+history; the embedded store always holds bench_pages' week), SPECWATCH_BENCH_PROM_QUERY_LOG (a path: each
+engine's queries, one line each, to ``PATH.<backend>``).
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import resource
@@ -232,6 +234,7 @@ def _case(
 
     out: dict[str, object] = {}
     for kind, before in (("warm", None), ("live", scrape_lands), ("cold", data.clear_all_caches)):
+        logging.getLogger("collectors.prometheus.client").info("== %s %s %s", page, range_key, kind)
         measured = _runs(make, before, runs, engine_pid)
         for key, value in measured.items():
             if kind != "cold" and key in ("browser_kb",):
@@ -253,6 +256,13 @@ def _backend_cases(
 ) -> None:
     """One dashboard process's cases for one backend. ``live``: (exporter URL, the engine's User-Agent
     product) to wait on for the next scrape; ``store``: the embedded store a collector appends to."""
+    query_log = os.environ.get("SPECWATCH_BENCH_PROM_QUERY_LOG")
+    if query_log:  # every query this backend's renders send: endpoint, seconds, bytes, step, span, PromQL
+        handler = logging.FileHandler(f"{query_log}.{backend}")
+        handler.setFormatter(logging.Formatter("%(relativeCreated)d %(message)s"))
+        client_log = logging.getLogger("collectors.prometheus.client")
+        client_log.addHandler(handler)
+        client_log.setLevel(logging.DEBUG)
     context = multiprocessing.get_context("spawn")
     collector = None
     if store is not None:
@@ -361,7 +371,9 @@ def main() -> dict[str, object]:
         "prometheus_mb": round(prom_data.dir_bytes(data.prometheus_dir) / 1e6),
         "victoria_mb": round(prom_data.dir_bytes(data.victoria_dir) / 1e6),
     }
-    store, result["embedded_store"] = _embedded(root, servers)
+    store: Path | None = None
+    if "embedded" in backends:  # bench_pages' week (minutes to fill): only when it is measured
+        store, result["embedded_store"] = _embedded(root, servers)
 
     run = root / "run"
     shutil.rmtree(run, ignore_errors=True)
@@ -376,6 +388,7 @@ def main() -> dict[str, object]:
         _wait_scraped(exporter, list(_AGENTS.values()))
         for backend in backends:
             if backend == "embedded":
+                assert store is not None
                 config = _embedded_config(run / "embedded.yaml", store)
                 cases = _in_child(backend, config, pages, ranges, runs, None, None, store)
             else:

@@ -40,7 +40,6 @@ import requests
 
 from bench.prom_engines import start_prometheus, start_victoria
 from collectors.prometheus.queries import SignalQueries
-from collectors.signals import recordings
 from sim.series_history import SeriesHistory, series_history
 
 BLOCK_S = 7200.0  # promtool's block: one OpenMetrics file per aligned 2 h
@@ -298,9 +297,11 @@ def _evaluate_rules(
     step = float(history.ts[1] - history.ts[0])
     index = {server.name: i for i, server in enumerate(history.servers)}
     out: dict[str, dict[str, np.ndarray]] = {server.name: {} for server in history.servers}
-    exprs = queries(rate_window_s).signals()
+    rendered = queries(rate_window_s)
+    exprs = rendered.signals()
     try:
-        for recording in recordings(rate_window_s):
+        # The recordings this config can render (no price set: no cost series), as the engines' rule file.
+        for recording in rendered.recordings():
             # Pieces under Prometheus's 11,000 points per series.
             for first in range(0, len(history.ts), 10_000):
                 stamps = history.ts[first : first + 10_000]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import threading
@@ -28,6 +29,8 @@ from collectors.http.loop import HTTP_LOOP
 from collectors.prometheus.matrix import RangeSeries, decode_matrix
 from collectors.secrets import Redactor, safe_url, url_secrets
 from config.settings import PrometheusSettings
+
+log = logging.getLogger(__name__)
 
 # Prometheus refuses range queries above 11,000 points per series; stay just under it.
 MAX_POINTS_PER_SERIES = 11_000
@@ -260,12 +263,24 @@ class PromClient:
 
     def _exchange(self, endpoint: str, params: dict[str, str], expr: str) -> tuple[int, str, bytes]:
         """Status, Content-Type and body of one request (counted in ``QUERY_STATS``)."""
+        started = time.perf_counter()
         try:
             status, content_type, body = HTTP_LOOP.run(self._send(endpoint, params, expr))
         except QueryError as exc:
             # Every message may quote the server (its error text, a body snippet): never its credentials.
             raise QueryError(self.redact(str(exc))) from None
         QUERY_STATS.count(endpoint, len(body))
+        if log.isEnabledFor(logging.DEBUG):  # the query log: bench prometheus, SPECWATCH_BENCH_PROM_QUERY_LOG
+            span = f"{params.get('start', '')}..{params.get('end', params.get('time', ''))}"
+            log.debug(
+                "%s %.3f s %d B step=%s %s %s",
+                endpoint,
+                time.perf_counter() - started,
+                len(body),
+                params.get("step", "-"),
+                span,
+                self.redact(expr),
+            )
         return status, content_type, body
 
     def _checked(

@@ -74,6 +74,17 @@ def _own_windows(slo: Slo) -> set[float]:
     return windows
 
 
+def _window_s(slo: Slo, asked_s: float) -> float:
+    """The window a count asked over ``asked_s`` stands for. Callers end a window a second past their ``now``
+    (the ledger's current minute) and ask a moment later, and a report's counts share an instant up to
+    ``_AT_STEP_S`` old: a window up to that much longer than one of the SLO's own (recorded, period, alert)
+    is that window, so its recorded series and its cached answer serve it. Any other is as asked."""
+    for window_s in sorted(_own_windows(slo) | set(slo_rules.windows_s(slo))):
+        if window_s <= asked_s < window_s + _AT_STEP_S + 1.0:
+            return window_s
+    return asked_s
+
+
 class PrometheusSloCounts:
     """``SloCounts`` on Prometheus for these SLOs; ``names`` turns an (instance, job) into the target's name
     and ``labels`` into its configured labels (``collectors.prometheus.naming``); ``clock`` bounds evaluation
@@ -102,6 +113,7 @@ class PrometheusSloCounts:
         self._cache: dict[tuple[str, int], tuple[float, _Targets]] = {}
         self._recordings: dict[tuple[str, int, float], dict[str, EventCounts]] = {}
         self._prefetched: set[tuple[str, float]] = set()
+        self._recorded_slos: set[str] = set()  # SLOs whose recording rules answered (their rules are loaded)
         self._at: float | None = None  # the instant the current report reads at
         self._first: dict[tuple[str, str, float], int | None] = {}
         self._lock = threading.Lock()
@@ -114,6 +126,7 @@ class PrometheusSloCounts:
             self._cache.clear()
             self._recordings.clear()
             self._prefetched.clear()
+            self._recorded_slos.clear()
             self._first.clear()
             self._at = None
 
@@ -151,7 +164,8 @@ class PrometheusSloCounts:
             if found is not None:
                 return found
             windows = {window_s}
-            if (slo.name, at) not in self._prefetched:
+            # The SLO's own windows at once, unless its recording rules answer them (then only this one).
+            if slo.name not in self._recorded_slos and (slo.name, at) not in self._prefetched:
                 self._prefetched.add((slo.name, at))
                 windows |= {w for w in _own_windows(slo) if self._fresh(slo, w, at) is None}
         # The match and deployment labels are read per target, not matched in PromQL: a configured target's
@@ -237,6 +251,7 @@ class PrometheusSloCounts:
             if len(self._recordings) > 256:
                 self._recordings.clear()
             self._recordings[key] = out
+            self._recorded_slos.add(slo.name)
         return out
 
     def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
@@ -253,12 +268,36 @@ class PrometheusSloCounts:
 
     def _members(self, slo: Slo, scope: str, window_s: float, at: float) -> list[TargetKey] | None:
         """The targets counting in ``scope`` over the window; None when that is every target the SLO's
-        series answer for (the whole fleet of an SLO without ``match``: nothing to narrow)."""
-        found = self._targets(slo, window_s, at)
+        series answer for (the whole fleet of an SLO without ``match``: nothing to narrow).
+
+        Where the SLO's recording rules answer its counts, the members come from the series index (the label
+        sets of the SLI's series with samples in the window: no sample read) and not from an ``increase()``
+        of every target's raw series over the window, which over a 28-day period is the heaviest query
+        specwatch could send. A target whose series hold no event in the window is then a member too."""
         if not scope and not slo.match:
             return None
         wanted = Scope.from_key(scope)
+        if slo.name in self._recorded_slos:
+            return sorted(
+                target for target, scopes in self._indexed(slo, window_s, at).items() if wanted in scopes
+            )
+        found = self._targets(slo, window_s, at)
         return sorted(target for target, (scopes, _) in found.items() if wanted in scopes)
+
+    def _indexed(self, slo: Slo, window_s: float, at: float) -> dict[TargetKey, tuple[Scope, ...]]:
+        """Every target with the SLI's series in the window and the scopes its labels give it (as
+        ``_by_target`` gives them), from ``/api/v1/series``."""
+        keys = {name for name, _ in slo.match} | {"deployment"}
+        labels: dict[TargetKey, dict[str, str]] = {}
+        for found in self._client.series(SloQueries(self._queries).event_series(slo), at - window_s, at):
+            labels.setdefault(TargetKey.of(found), {}).update(
+                {k: v for k, v in found.items() if k in keys and v}
+            )
+        out: dict[TargetKey, tuple[Scope, ...]] = {}
+        for target, series_labels in labels.items():
+            if scopes := slo.scopes({**series_labels, **self._labels(target)}):
+                out[target] = scopes
+        return out
 
     def _narrowed(self, members: Sequence[TargetKey] | None) -> SloQueries:
         if members is None:
@@ -271,14 +310,14 @@ class PrometheusSloCounts:
         at = min(end_ts, self._clock())
         if found is None or at - start_ts < 1.0:
             return EventCounts()
-        return self._per_scope(found, at - start_ts, at).get(scope, EventCounts())
+        return self._per_scope(found, _window_s(found, at - start_ts), at).get(scope, EventCounts())
 
     def scopes(self, slo: str, since_ts: float) -> list[str]:
         found = self._slos.get(slo)
         if found is None:
             return []
         now = self._clock()
-        return sorted(self._per_scope(found, max(now - since_ts, MINUTE_S), now))
+        return sorted(self._per_scope(found, _window_s(found, max(now - since_ts, MINUTE_S)), now))
 
     def first_minute(self, slo: str, scope: str) -> int | None:
         """The oldest minute of the period in which Prometheus holds the scope's SLI series (asked to the
@@ -325,7 +364,7 @@ class PrometheusSloCounts:
         if found is None or at - start_ts < 1.0:
             return {}
         out: dict[str, EventCounts] = {}
-        for target, (_, counts) in self._targets(found, at - start_ts, at).items():
+        for target, (_, counts) in self._targets(found, _window_s(found, at - start_ts), at).items():
             name = self._names(target) if self._names is not None else target.instance
             out[name] = out.get(name, EventCounts()) + counts
         return out

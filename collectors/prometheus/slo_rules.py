@@ -147,17 +147,18 @@ class SloQueries:
             [self.queries.cumulative_matchers, *(f'{k}="{v}"' for k, v in sorted(scope_labels.items()))]
         )
         window = window_name(slo.window_s if within_s is None else within_s)
-        names = (
-            [REQUESTS.name]
-            if slo.sli.kind == "availability"
-            else [f"{family.name}_count" for family in slo.sli.families]
-        )
         oldest = " or ".join(
             f"min_over_time(timestamp({prefix}{name}{{{matchers}}})[{window}:{every}])"
-            for name in names
+            for name in _event_series(slo)
             for prefix in ("sglang:", "sglang_")
         )
         return f"min({oldest})"
+
+    def event_series(self, slo: Slo) -> str:
+        """A series selector of the SLI's own events (both spellings, every target the SLO may count):
+        what ``/api/v1/series`` lists to say which targets a scope holds without reading a sample."""
+        names = "|".join(_event_series(slo))  # catalogue names: [a-z_] only
+        return f'{{__name__=~"sglang[:_](?:{names})", {self.queries.cumulative_matchers}}}'
 
     def error_ratio(self, slo: Slo, shape: ScopeShape, window_s: float) -> str:
         """Bad ÷ total over the window per scope; no series without events (no traffic is unknown)."""
@@ -168,6 +169,14 @@ class SloQueries:
         """The events the error ratio counts over the window, per scope (the traffic floor reads it)."""
         _, total = self.per_target(slo, shape, window_s)
         return f"{_sum(shape.by)} (\n  {total}\n)"
+
+
+def _event_series(slo: Slo) -> list[str]:
+    """The series (without the ``sglang:`` prefix) counting the SLI's events: its histograms' ``_count``,
+    or the request counter."""
+    if slo.sli.kind == "availability":
+        return [REQUESTS.name]
+    return [f"{family.name}_count" for family in slo.sli.families]
 
 
 def _every_scope(slo: Slo, render: Callable[[ScopeShape], str]) -> str:
