@@ -55,6 +55,7 @@ from bench.prom_live import LiveExporter, LiveFleet
 from collectors.prometheus import slo_rules
 from collectors.prometheus.queries import signal_queries
 from collectors.prometheus.recording_rules import rule_groups
+from collectors.prometheus.slo_rules import window_name
 from collectors.slo import build_slos
 from config import Config, parse_config
 
@@ -346,6 +347,37 @@ def _wait_scraped(exporter: LiveExporter, agents: Sequence[str], timeout_s: floa
         time.sleep(0.5)
 
 
+def _wait_recorded(engines: dict[str, Engine], config: Config, timeout_s: float = 420.0) -> dict[str, float]:
+    """Wait until each engine holds every SLO recording (each window's total, the period's too): the
+    backfill holds the signals' recordings only, and a page read before a group's first evaluation (the
+    period's group runs every 5 minutes) counts from the raw series, which no long-running engine does.
+    Returns the seconds waited per engine."""
+    want = {
+        (f"slo:sli_total:increase{window_name(w)}", slo.name)
+        for slo in build_slos(config)
+        for w in (*slo_rules.windows_s(slo), slo.window_s)
+    }
+    expr = 'group by (__name__, sloth_slo) ({__name__=~"slo:sli_total:increase.+"})'
+    started = time.monotonic()
+    waited: dict[str, float] = {}
+    for name in ("prometheus", "victoria-metrics"):
+        engine = engines.get(name)
+        if engine is None:
+            continue
+        while True:
+            found = {
+                (item["metric"]["__name__"], item["metric"].get("sloth_slo", ""))
+                for item in engine.get("/api/v1/query", query=expr).json()["data"]["result"]
+            }
+            if want <= found:
+                break
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"{name} did not record {sorted(want - found)} within {timeout_s:.0f} s")
+            time.sleep(5)
+        waited[name] = round(time.monotonic() - started, 1)
+    return waited
+
+
 _AGENTS = {"prometheus": "Prometheus", "victoria-metrics": "vm_promscrape"}
 
 
@@ -379,13 +411,13 @@ def main() -> dict[str, object]:
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir()
     rules = run / "rules.yml"
-    rules.write_text(
-        _recording_rules(parse_config(_engine_settings("http://127.0.0.1:9", run / "rules.sqlite")))
-    )
+    engine_config = parse_config(_engine_settings("http://127.0.0.1:9", run / "rules.sqlite"))
+    rules.write_text(_recording_rules(engine_config))
     exporter = LiveExporter(LiveFleet(servers=servers, base_servers=BASE_SERVERS, window_s=INTERVAL_S))
     engines = _start_engines(data, run, exporter, rules)
     try:
         _wait_scraped(exporter, list(_AGENTS.values()))
+        result["slo_recordings_waited_s"] = _wait_recorded(engines, engine_config)
         for backend in backends:
             if backend == "embedded":
                 assert store is not None
