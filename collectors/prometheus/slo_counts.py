@@ -47,6 +47,7 @@ MINUTE_S = 60.0
 # sends. A minute of a window of hours moves no burn rate or budget that anyone reads.
 LONG_WINDOW_S = 3600.0
 LONG_WINDOW_REUSE_S = 60.0
+_DAY_S = 86400.0
 _YOUNG_S = 7200.0  # younger than this, how much of the period Prometheus holds is asked to the minute
 _AT_STEP_S = 10.0  # one report's window counts share the instant its first count was asked at
 _RECORDED_LOOKBACK = "10m"  # twice the period rules' evaluation interval (slo_rules.PERIOD_INTERVAL_S)
@@ -343,20 +344,34 @@ class PrometheusSloCounts:
         if members == []:
             return None
         queries = self._narrowed(members)
-
-        def oldest(expr: str) -> float | None:
-            samples = self._client.query(expr, at=now)
-            value = samples[0].value if samples else None
-            return value if value is not None and math.isfinite(value) else None
-
-        found_ts = oldest(queries.oldest_request(found, {}))
+        found_ts = self._oldest_hour(found, queries, now)
         if found_ts is None or found_ts > now - _YOUNG_S:
             # Hours are a period's resolution, not a young store's: one that began after the last whole hour
             # has no sample at any hour and would read as empty (goodput then divided by five minutes). So
             # the last two hours are asked again at the scrape interval.
             young = queries.oldest_request(found, {}, within_s=_YOUNG_S, every=self._young_every)
-            found_ts = oldest(young) or found_ts
+            found_ts = self._oldest(young, now) or found_ts
         return int(found_ts // MINUTE_S * MINUTE_S) if found_ts is not None else None
+
+    def _oldest_hour(self, found: Slo, queries: SloQueries, now: float) -> float | None:
+        """The oldest whole hour of the period at which the SLI's series had a sample. A period of days is
+        asked in days, then in the hours of the day before the oldest day found: 28 + 24 instants a series
+        where a period-long subquery at an hour's step evaluates 672 (the heaviest part of a cold Fleet
+        page at 1,000 servers). The same hour for a series that ran on from its first hour; a series
+        younger than a day is asked in hours over the last day."""
+        if found.window_s <= 2 * _DAY_S:
+            return self._oldest(queries.oldest_request(found, {}), now)
+        hours_of_day = queries.oldest_request(found, {}, within_s=_DAY_S, every="1h")
+        day_ts = self._oldest(queries.oldest_request(found, {}, every="1d"), now)
+        if day_ts is None:
+            return self._oldest(hours_of_day, now)
+        return self._oldest(hours_of_day, day_ts) or day_ts
+
+    def _oldest(self, expr: str, at: float) -> float | None:
+        """The timestamp an ``oldest_request`` query answers at ``at`` (None: no sample)."""
+        samples = self._client.query(expr, at=at)
+        value = samples[0].value if samples else None
+        return value if value is not None and math.isfinite(value) else None
 
     def by_target(self, slo: str, start_ts: float, end_ts: float) -> dict[str, EventCounts]:
         found = self._slos.get(slo)

@@ -1,0 +1,86 @@
+"""How much of an SLO's period the fleet's Prometheus holds (``first_minute``): asked in days, then in the
+hours of the day before, it is the hour one period-long subquery at an hour's step finds, on a Prometheus
+holding days of backfilled history (``promtool tsdb create-blocks-from openmetrics``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.prometheus.client import PromClient
+from collectors.prometheus.slo_counts import PrometheusSloCounts
+from collectors.prometheus.slo_rules import SloQueries
+from collectors.slo import Scope, build_slos
+from config import parse_config
+from tests.prometheus.conftest import skip_without
+from tests.prometheus.engines import PROMETHEUS, PROMTOOL, start_prometheus
+from tests.prometheus.test_slo_rules import QUERIES
+
+pytestmark = pytest.mark.engines
+
+HOUR_S = 3600.0
+STEP_S = 60.0
+
+
+def _backfill(path: Path, series: dict[str, float], now: float) -> None:
+    """Each request counter from its start (unix s) to ``now``, a sample a minute, as OpenMetrics."""
+    lines = []
+    for instance, start in series.items():
+        labels = f'instance="{instance}",job="sglang",tp_rank="0"'
+        for k, ts in enumerate(range(int(start), int(now), int(STEP_S))):
+            lines.append(f"sglang:num_requests_total{{{labels}}} {10 * k} {ts}")
+    path.write_text("\n".join(lines) + "\n# EOF\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("age_h", [77.33, 30.0, 5.5])
+def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
+    tmp_path: Path, age_h: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    skip_without(PROMETHEUS, "prometheus")
+    skip_without(PROMTOOL, "promtool")
+    now = math.floor(time.time() / STEP_S) * STEP_S - STEP_S
+    # One server from ``age_h`` hours ago, a second from a day later (the fleet's oldest is the first's).
+    started = {"a:1": now - age_h * HOUR_S, "b:1": now - max(age_h - 24, 1) * HOUR_S}
+    data = tmp_path / "data.om"
+    _backfill(data, started, now)
+    tsdb = tmp_path / "prometheus" / "tsdb"
+    done = subprocess.run(
+        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(data), str(tsdb)],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    engine = start_prometheus(
+        tmp_path / "prometheus",
+        {"global": {"scrape_interval": "60s"}, "scrape_configs": []},
+        extra_args=["--storage.tsdb.retention.time=30d"],
+    )
+    try:
+        config = parse_config(
+            {"slos": [{"name": "availability", "sli": {"kind": "availability"}, "objective": 0.999}]}, "t"
+        )
+        slos = build_slos(config)
+        client = PromClient(engine.url)
+        counts = PrometheusSloCounts(slos, client, QUERIES, clock=lambda: now, scrape_interval_s=STEP_S)
+        # What one subquery over the whole period at an hour's step finds (the answer before days first).
+        single = client.query(SloQueries(QUERIES).oldest_request(slos[0], {}), at=now)
+        assert single
+        assert single[0].value is not None
+        want = int(single[0].value // 60 * 60)
+        # The sample read at the first whole hour after the oldest start (timestamp() is the sample's).
+        first_hour = math.ceil(started["a:1"] / HOUR_S) * HOUR_S
+        read_ts = started["a:1"] + (first_hour - started["a:1"]) // STEP_S * STEP_S
+        assert want == read_ts // 60 * 60
+        caplog.set_level(logging.DEBUG, logger="collectors.prometheus.client")
+        assert counts.first_minute("availability", Scope(()).key) == want
+        sent = [r.getMessage() for r in caplog.records if r.name == "collectors.prometheus.client"]
+        assert sent
+        assert not [q for q in sent if "[28d:1h]" in q], sent  # never 672 instants a series
+        counts.close()
+    finally:
+        engine.stop()
