@@ -96,7 +96,10 @@ class LiveExporter:
                     body, kind = json.dumps(owner.fleet.scrape_counts()).encode(), "application/json"
                 else:
                     body, kind = owner.fleet.body(), "text/plain; version=0.0.4; charset=utf-8"
-                    owner.fleet.count((self.headers.get("User-Agent") or "?").split("/")[0])
+                    agent = (self.headers.get("User-Agent") or "?").split("/")[0]
+                    # VictoriaMetrics reads a body over 1 MB (-promscrape.minResponseSizeForStreamParse: 200
+                    # servers and more) in stream mode, through Go's own HTTP client and its User-Agent.
+                    owner.fleet.count("vm_promscrape" if agent == "Go-http-client" else agent)
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
