@@ -111,8 +111,9 @@ def header(
                 f"sloth_service={slo_rules.SLOTH_SERVICE}, sloth_slo, sloth_id) for the whole fleet and per "
                 "`deployment` label, and the ErrorBudgetBurn alerts on them. Prometheus knows a deployment "
                 "only as a series label: give each scrape target a `deployment` target label with the "
-                "value it has in specwatch's config. The whole-period recordings (increase over the "
-                f"period) are evaluated every {duration(slo_rules.PERIOD_INTERVAL_S)}."
+                "value it has in specwatch's config. The windows of an hour or more are evaluated at "
+                f"least every {duration(slo_rules.LONG_INTERVAL_S)}, the whole-period recordings (increase "
+                f"over the period) every {duration(slo_rules.PERIOD_INTERVAL_S)}."
             ]
             if slos
             else []

@@ -185,6 +185,17 @@ def test_every_sli_kind_and_the_recovery_fraction_export_valid_rules(tmp_path: P
     # The deployment an SLO's match fixes is its only scope: no per-deployment sum for e2e-60s.
     assert all('deployment!=""' not in r["expr"] for r in groups["specwatch-slo-e2e-60s"])
     assert "slo:sli_error:ratio_rate7d" in rules  # the period's recording
+    # Windows under an hour at the evaluation interval; an hour or more once a minute; the period every 5 m.
+    intervals = {g["name"]: g.get("interval") for g in yaml.safe_load(rules)["groups"]}
+    fast = {r.get("record") for r in groups["specwatch-slo-tpot-40ms"]}
+    assert {"slo:sli_error:ratio_rate5m", "slo:sli_total:increase30m"} <= fast
+    for window in ("1h", "6h", "3d"):
+        for name in ("slo:sli_error:ratio_rate", "slo:sli_total:increase"):
+            group = groups["specwatch-slo-tpot-40ms-long"]
+            assert any(r.get("record") == name + window for r in group), (name, window)
+            assert not any(r.get("record") == name + window for r in groups["specwatch-slo-tpot-40ms"])
+    assert intervals["specwatch-slo-tpot-40ms-long"] == "1m"
+    assert intervals["specwatch-slo-tpot-40ms-period"] == "5m"
 
 
 def test_the_le_matcher_takes_every_spelling_of_its_boundary_and_no_other_bucket() -> None:

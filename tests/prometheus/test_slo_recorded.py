@@ -10,7 +10,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-import yaml
 
 from alerts.export import render_rules
 from analysis.slo_budget import slo_scopes
@@ -22,7 +21,7 @@ from collectors.slo import Scope, Slo, build_slos
 from config import Config, parse_config
 from tests.collectors.mechanism_server import MechanismServer
 from tests.prometheus.conftest import skip_without
-from tests.prometheus.engines import PROMETHEUS, Engine, start_prometheus
+from tests.prometheus.engines import PROMETHEUS, Engine, every_group_at, start_prometheus
 from tests.prometheus.test_slo_rules import QUERIES
 
 pytestmark = pytest.mark.engines
@@ -48,12 +47,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[Engine, dict[str, MechanismServ
     skip_without(PROMETHEUS, "prometheus")
     servers = {"east-a": MechanismServer(seed=1), "west-a": MechanismServer(seed=2)}
     rules = tmp_path / "rules.yml"
-    # Every group at the scrape interval: the period's group runs every 5 minutes in production, and a test
-    # cannot wait for its first evaluation.
-    exported = yaml.safe_load(render_rules(_config(servers, SLOS), "test"))
-    for group in exported["groups"]:
-        group["interval"] = "1s"
-    rules.write_text(yaml.safe_dump(exported, sort_keys=False, width=10_000), encoding="utf-8")
+    rules.write_text(every_group_at(render_rules(_config(servers, SLOS), "test"), "1s"), encoding="utf-8")
     static = [
         {"targets": [s.url.removeprefix("http://")], "labels": {"deployment": name.split("-")[0]}}
         for name, s in servers.items()

@@ -24,7 +24,7 @@ from collectors.slo import build_slos
 from config import Config, PrometheusSettings, parse_config
 from tests.collectors.mechanism_server import MechanismServer
 from tests.prometheus.conftest import skip_without
-from tests.prometheus.engines import PROMETHEUS, start_prometheus
+from tests.prometheus.engines import PROMETHEUS, every_group_at, start_prometheus
 from tests.views.conftest import page_test
 
 QUERIES = SignalQueries('job="sglang"', 4.0)
@@ -101,7 +101,7 @@ def test_the_exported_rules_in_prometheus_fire_where_the_engine_fires(
     skip_without(PROMETHEUS, "prometheus")
     config = _config(servers, tmp_path / "history.sqlite")
     rules = tmp_path / "rules.yml"
-    rules.write_text(render_rules(config, "test"), encoding="utf-8")
+    rules.write_text(every_group_at(render_rules(config, "test"), "1s"), encoding="utf-8")
     static = [
         {"targets": [s.url.removeprefix("http://")], "labels": {"deployment": name.split("-")[0]}}
         for name, s in servers.items()
