@@ -12,7 +12,8 @@ one run never reach the next.
 Each page runs through AppTest in a child process per backend (as ``bench_pages``): "warm" a rerun, "live"
 the rerun after the next scrape landed (interval caches cleared), "cold" every cache cleared (the page's,
 the history's result cache: a restarted dashboard). Per render: wall and CPU seconds of the dashboard
-process, the engine's CPU (/proc), the PromQL queries sent and the answer bytes read, and the bytes sent to
+process, the engine's CPU (/proc; net of its CPU with no page reading, measured for 30 s first: its live
+scrapes and rules), the PromQL queries sent and the answer bytes read, and the bytes sent to
 the browser. Ratios: each engine's cold time over the embedded store's, same page and range, same run.
 
 Knobs (environment): SPECWATCH_BENCH_PROM_DATA (/tmp/specwatch-bench-prom: kept data, extended to now on
@@ -177,10 +178,15 @@ def _embedded_config(path: Path, store: Path) -> Path:
 
 # -- one backend's page cases, in a child process ----------------------------------------------------------
 def _runs(
-    make: Callable[[], Any], before: Callable[[], None] | None, runs: int, engine_pid: int | None
+    make: Callable[[], Any],
+    before: Callable[[], None] | None,
+    runs: int,
+    engine_pid: int | None,
+    idle_cores: float = 0.0,
 ) -> dict[str, float]:
     """Medians over ``runs`` reruns (after a first run that imports, starts and fills the caches): script
-    wall and CPU seconds, the engine's CPU, queries and answer bytes per render."""
+    wall and CPU seconds, the engine's CPU (net of ``idle_cores``: its own scrapes and rules), queries and
+    answer bytes per render."""
     from collectors.prometheus.client import QUERY_STATS
 
     at = make()
@@ -195,10 +201,13 @@ def _runs(
             before()
         sent, read = QUERY_STATS.snapshot()
         engine_before = cpu_seconds(engine_pid) if engine_pid else 0.0
+        started = time.monotonic()
         at.run(timeout=300)
         if engine_pid:
             time.sleep(0.05)  # the engine finishes writing its answer's last bytes
-            engine_cpu.append(cpu_seconds(engine_pid) - engine_before)
+            # Net of what the engine spends anyway (its scrapes and rules) over the render's wall time.
+            spent = cpu_seconds(engine_pid) - engine_before
+            engine_cpu.append(max(spent - idle_cores * (time.monotonic() - started), 0.0))
         sent_after, read_after = QUERY_STATS.snapshot()
         queries.append(sent_after - sent)
         answer_bytes.append(read_after - read)
@@ -215,7 +224,13 @@ def _runs(
 
 
 def _case(
-    config: Path, page: str, range_key: str, runs: int, landed: Callable[[], None], engine_pid: int | None
+    config: Path,
+    page: str,
+    range_key: str,
+    runs: int,
+    landed: Callable[[], None],
+    engine_pid: int | None,
+    idle_cores: float,
 ) -> dict[str, object]:
     from streamlit.testing.v1 import AppTest
 
@@ -236,7 +251,7 @@ def _case(
     out: dict[str, object] = {}
     for kind, before in (("warm", None), ("live", scrape_lands), ("cold", data.clear_all_caches)):
         logging.getLogger("collectors.prometheus.client").info("== %s %s %s", page, range_key, kind)
-        measured = _runs(make, before, runs, engine_pid)
+        measured = _runs(make, before, runs, engine_pid, idle_cores)
         for key, value in measured.items():
             if kind != "cold" and key in ("browser_kb",):
                 continue
@@ -289,16 +304,28 @@ def _backend_cases(
             time.sleep(1.0)  # ingested
 
     cases: dict[str, object] = {}
+    idle_cores = _idle_cores(engine_pid) if engine_pid else 0.0
+    cases["engine_idle_cores"] = round(idle_cores, 3)
     try:
         for page in pages:
             for range_key in ranges:
-                cases[f"{page}_{range_key}"] = _case(config, page, range_key, runs, landed, engine_pid)
+                cases[f"{page}_{range_key}"] = _case(
+                    config, page, range_key, runs, landed, engine_pid, idle_cores
+                )
     finally:
         if collector is not None:
             asks.put(None)
             collector.join()
     cases["dashboard_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out.put(cases)
+
+
+def _idle_cores(pid: int, seconds: float = 30.0) -> float:
+    """The engine's CPU with no page reading it: its scrapes of the live fleet and its rules (the SLOs'
+    long windows, the period's increase over days), cores."""
+    before, started = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / (time.monotonic() - started)
 
 
 def _in_child(*args: object) -> dict[str, object]:
