@@ -153,10 +153,11 @@ class PrometheusHistory:
             snapshots = self._source.collect(self._clock())
             health = self._source.health()
         if not self._source.met() <= met:
-            # New targets (a viewer's first read): their recipes, as a page shows them, and their caps.
+            # New targets (a viewer's first read): their recipes, as a page shows them, and their caps,
+            # built into the same cycle's answers (no second round of queries).
             self._source.settle_recipes(self._recipe_wait_s)
             with self._lock:
-                snapshots = self._source.collect(self._clock())
+                snapshots = self._source.resnapshot() or self._source.collect(self._clock())
                 health = self._source.health()
         if not health.answered:
             # Blind: the targets are unknown, not down; the page says why instead of drawing a dead fleet.

@@ -191,3 +191,31 @@ def test_a_restart_is_one_event_and_only_targets_ever_down_are_read_step_by_step
     restarts = [(e.target, e.kind) for e in events if e.kind == "restart"]
     assert restarts == [(restarting.netloc, "restart")]  # once, however many steps its window spans
     assert not [e for e in events if e.kind in ("up", "down")]  # neither was ever down
+
+
+def test_a_viewers_first_fleet_table_is_one_cycle_of_queries_with_the_recipes_server_info_gave(
+    golden_engine: Engine, sim_fleet: SimFleet, tmp_path: Path
+) -> None:
+    """A viewer's first read meets every target at once: the recipes their /server_info gives are built into
+    that cycle's answers, not asked for with a second round of the fleet-wide queries."""
+    del sim_fleet
+    fresh = PrometheusHistory(_config(golden_engine, tmp_path))
+    try:
+        before, _ = QUERY_STATS.snapshot()
+        first = {s.target: s for s in fresh.latest()}
+        first_queries = QUERY_STATS.snapshot()[0] - before
+        time.sleep(fresh.interval_s + 0.2)  # the next interval: a plain cycle, every target already met
+        before, _ = QUERY_STATS.snapshot()
+        again = {s.target: s for s in fresh.latest()}
+        cycle_queries = QUERY_STATS.snapshot()[0] - before
+    finally:
+        fresh.close()
+    assert cycle_queries > 0
+    # One cycle (plus what a cycle asks only now and then: the targets seen lately), not two.
+    assert first_queries <= cycle_queries + 2
+    assert set(first) == set(again)
+    served = [name for name, snapshot in again.items() if snapshot.recipe_id is not None]
+    assert served  # the sim servers answer /server_info
+    assert {name: first[name].recipe_id for name in served} == {
+        name: again[name].recipe_id for name in served
+    }
