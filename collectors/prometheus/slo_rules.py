@@ -156,6 +156,18 @@ class SloQueries:
         )
         return f"min({oldest})"
 
+    def sampled(self, slo: Slo) -> str:
+        """When the oldest of the SLI's event series' latest samples within the lookback (5 minutes) before
+        the instant it is asked at was taken; empty where none: one instant's samples, however long the
+        period (what ``oldest_request`` finds at each step of its subquery)."""
+        matchers = self.queries.cumulative_matchers
+        found = " or ".join(
+            f"timestamp({prefix}{name}{{{matchers}}})"
+            for name in _event_series(slo)
+            for prefix in ("sglang:", "sglang_")
+        )
+        return f"min({found})"
+
     def event_series(self, slo: Slo) -> str:
         """A series selector of the SLI's own events (both spellings, every target the SLO may count):
         what ``/api/v1/series`` lists to say which targets a scope holds without reading a sample."""

@@ -1,6 +1,6 @@
-"""How much of an SLO's period the fleet's Prometheus holds (``first_minute``): asked in days, then in the
-hours of the day before, it is the hour one period-long subquery at an hour's step finds, on a Prometheus
-holding days of backfilled history (``promtool tsdb create-blocks-from openmetrics``)."""
+"""How much of an SLO's period the fleet's Prometheus holds (``first_minute``): found by bisection over the
+period's hours with instant queries, it is what one period-long subquery at an hour's step finds, on a
+Prometheus holding days of backfilled history (``promtool tsdb create-blocks-from openmetrics``)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _backfill(path: Path, series: dict[str, float], now: float) -> None:
     path.write_text("\n".join(lines) + "\n# EOF\n", encoding="utf-8")
 
 
-@pytest.mark.parametrize("age_h", [77.33, 30.0, 5.5])
+@pytest.mark.parametrize("age_h", [700.5, 77.33, 30.0, 5.5])  # 700.5: older than the 28-day period
 def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
     tmp_path: Path, age_h: float, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -73,14 +73,16 @@ def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
         assert single[0].value is not None
         want = int(single[0].value // 60 * 60)
         # The sample read at the first whole hour after the oldest start (timestamp() is the sample's).
-        first_hour = math.ceil(started["a:1"] / HOUR_S) * HOUR_S
+        first_hour = math.ceil(max(started["a:1"], now - slos[0].window_s) / HOUR_S) * HOUR_S
         read_ts = started["a:1"] + (first_hour - started["a:1"]) // STEP_S * STEP_S
         assert want == read_ts // 60 * 60
         caplog.set_level(logging.DEBUG, logger="collectors.prometheus.client")
         assert counts.first_minute("availability", Scope(()).key) == want
         sent = [r.getMessage() for r in caplog.records if r.name == "collectors.prometheus.client"]
         assert sent
-        assert not [q for q in sent if "[28d:1h]" in q], sent  # never 672 instants a series
+        # Instant reads of one instant's samples, never a subquery over the period (it reads every sample).
+        assert not [q for q in sent if "[28d:" in q], sent
+        assert len(sent) <= 12, sent  # bisection over the period's 672 hours
         counts.close()
     finally:
         engine.stop()
