@@ -60,6 +60,11 @@ class QueryStats:
         with self._lock:
             return sum(self.queries.values()), sum(self.bytes.values())
 
+    def snapshot_of(self, endpoint: str) -> int:
+        """Queries so far to one endpoint (``query``: instant queries)."""
+        with self._lock:
+            return self.queries.get(endpoint, 0)
+
 
 QUERY_STATS = QueryStats()
 

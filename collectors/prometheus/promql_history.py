@@ -8,6 +8,7 @@ What Prometheus cannot hold (alert transitions, config events, recipe flags) sta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -90,6 +91,7 @@ class PrometheusHistory:
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="specwatch-promhist")
         self._lock = threading.Lock()
+        self._latest_lock = threading.Lock()  # held while the interval's cycle is read (``latest``)
         self.interval_s = config.scrape.interval_s
         self._label_recipes: dict[str, Recipe] = {}
         self._partial: str | None = None  # the last range answer's warnings, logged once per change
@@ -145,10 +147,17 @@ class PrometheusHistory:
         """Every target now, computed with instant queries (the same as one Prometheus-source cycle); read
         at most once per scrape interval (the Fleet table, its background look-back and every other page
         of the interval share one cycle's snapshots)."""
-        with self._lock:  # the source keeps per-target state between calls: one reader at a time
+        # One reader makes the interval's cycle; readers arriving meanwhile (the Fleet table, its chart's
+        # background read meeting the same targets, another page) wait for it and share it.
+        with self._latest_lock:
             kept = self._latest
-            if kept is not None and time.monotonic() - kept[0] < self.interval_s:
-                return [s for s in kept[1] if since_ts is None or s.ts >= since_ts]
+            if kept is None or time.monotonic() - kept[0] >= self.interval_s:
+                kept = (time.monotonic(), self._cycle())
+                self._latest = kept
+        return [s for s in kept[1] if since_ts is None or s.ts >= since_ts]
+
+    def _cycle(self) -> list[TargetSnapshot]:
+        with self._lock:  # the source keeps per-target state between calls: one reader at a time
             met = self._source.met()
             snapshots = self._source.collect(self._clock())
             health = self._source.health()
@@ -164,9 +173,7 @@ class PrometheusHistory:
             raise PrometheusHistoryError(health.error or f"Prometheus at {health.url} cannot answer")
         if not snapshots:
             self._check_reachable()
-        with self._lock:
-            self._latest = (time.monotonic(), snapshots)
-        return [s for s in snapshots if since_ts is None or s.ts >= since_ts]
+        return snapshots
 
     def latest_columns(self, since_ts: float | None = None) -> SampleColumns:
         """``latest`` as columns (an unknown target's ``up`` is NaN)."""
@@ -486,10 +493,11 @@ class PrometheusHistory:
         if names <= self._source.met() or now - self._met_at < _MEET_EVERY_S:
             return
         self._met_at = now
-        with self._lock:
-            self._source.collect(now)
-        # Rows are labelled once, so their /server_info answers are worth the wait a cycle does not make.
-        self._source.settle_recipes(self._recipe_wait_s)
+        # The interval's cycle, shared with the fleet table (a cold Fleet page reads its chart and its table
+        # at once: they made two cycles of the fleet-wide queries); it waits for the /server_info reads of
+        # the targets it meets, as rows are labelled once. Blind, the rows stay unlabelled.
+        with contextlib.suppress(PrometheusHistoryError):
+            self.latest()
 
     def _row_texts(
         self,
