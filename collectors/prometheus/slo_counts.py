@@ -86,6 +86,16 @@ def _window_s(slo: Slo, asked_s: float) -> float:
     return asked_s
 
 
+def _parent_scope(slo: Slo, scope: str) -> str | None:
+    """The SLO's scope without the deployment of ``scope`` (None when it has none, or the SLO's match fixes
+    the deployment: then it is the SLO's only scope)."""
+    labels = Scope.from_key(scope).as_dict()
+    if "deployment" not in labels or any(name == "deployment" for name, _ in slo.match):
+        return None
+    del labels["deployment"]
+    return Scope(tuple(sorted(labels.items()))).key
+
+
 class PrometheusSloCounts:
     """``SloCounts`` on Prometheus for these SLOs; ``names`` turns an (instance, job) into the target's name
     and ``labels`` into its configured labels (``collectors.prometheus.naming``); ``clock`` bounds evaluation
@@ -344,7 +354,16 @@ class PrometheusSloCounts:
         if members == []:
             return None
         queries = self._narrowed(members)
-        found_ts = self._oldest_hour(found, queries, now)
+        not_before: float | None = None
+        parent = _parent_scope(found, scope)
+        if parent is not None:
+            # Every member of a deployment's scope is a member of the SLO's scope without it: its first hour
+            # is no older, and most often the same (one probe instead of a bisection per deployment).
+            parent_minute = self.first_minute(found.name, parent)
+            if parent_minute is None:
+                return None
+            not_before = math.ceil(parent_minute / HOUR_S) * HOUR_S
+        found_ts = self._oldest_hour(found, queries, now, not_before)
         if found_ts is None or found_ts > now - _YOUNG_S:
             # Hours are a period's resolution, not a young store's: one that began after the last whole hour
             # has no sample at any hour and would read as empty (goodput then divided by five minutes). So
@@ -353,14 +372,19 @@ class PrometheusSloCounts:
             found_ts = self._oldest(young, now) or found_ts
         return int(found_ts // MINUTE_S * MINUTE_S) if found_ts is not None else None
 
-    def _oldest_hour(self, found: Slo, queries: SloQueries, now: float) -> float | None:
+    def _oldest_hour(
+        self, found: Slo, queries: SloQueries, now: float, not_before: float | None = None
+    ) -> float | None:
         """When the sample read at the oldest whole hour of the period with one (within the 5-minute lookback)
         was taken, found by bisection over the period's hours with instant queries of one instant's samples
         each (``SloQueries.sampled``): ~10 cheap queries, or one when the period's first hour has samples,
         as on any engine older than the period. A subquery over the period (``oldest_request``: the same
         answer for series that ran on from their first sample) reads every sample of the period, whatever
-        its step: 1.2–1.7 s of Prometheus's time at 1,000 servers × 24 h."""
+        its step: 1.2–1.7 s of Prometheus's time at 1,000 servers × 24 h. ``not_before``: an hour before
+        which none can be (the bisection starts there: a deployment's scope starts at its SLO's first hour)."""
         first = math.ceil((now - found.window_s) / HOUR_S) * HOUR_S
+        if not_before is not None:
+            first = max(first, not_before)
         last = math.floor(now / HOUR_S) * HOUR_S
         if first > last:
             return None

@@ -31,10 +31,18 @@ def _backfill(path: Path, series: dict[str, float], now: float) -> None:
     """Each request counter from its start (unix s) to ``now``, a sample a minute, as OpenMetrics."""
     lines = []
     for instance, start in series.items():
-        labels = f'instance="{instance}",job="sglang",tp_rank="0"'
+        deployment = "east" if instance.startswith("a") else "west"
+        labels = f'deployment="{deployment}",instance="{instance}",job="sglang",tp_rank="0"'
         for k, ts in enumerate(range(int(start), int(now), int(STEP_S))):
             lines.append(f"sglang:num_requests_total{{{labels}}} {10 * k} {ts}")
     path.write_text("\n".join(lines) + "\n# EOF\n", encoding="utf-8")
+
+
+def _read_at_first_hour(started: float, period_start: float) -> int:
+    """The minute of the sample read at the first whole hour (of the period) a server started before: the
+    newest sample at or before it (timestamp() is the sample's)."""
+    first_hour = math.ceil(max(started, period_start) / HOUR_S) * HOUR_S
+    return int((started + (first_hour - started) // STEP_S * STEP_S) // 60 * 60)
 
 
 @pytest.mark.parametrize("age_h", [700.5, 77.33, 30.0, 5.5])  # 700.5: older than the 28-day period
@@ -72,10 +80,7 @@ def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
         assert single
         assert single[0].value is not None
         want = int(single[0].value // 60 * 60)
-        # The sample read at the first whole hour after the oldest start (timestamp() is the sample's).
-        first_hour = math.ceil(max(started["a:1"], now - slos[0].window_s) / HOUR_S) * HOUR_S
-        read_ts = started["a:1"] + (first_hour - started["a:1"]) // STEP_S * STEP_S
-        assert want == read_ts // 60 * 60
+        assert want == _read_at_first_hour(started["a:1"], now - slos[0].window_s)
         caplog.set_level(logging.DEBUG, logger="collectors.prometheus.client")
         assert counts.first_minute("availability", Scope(()).key) == want
         sent = [r.getMessage() for r in caplog.records if r.name == "collectors.prometheus.client"]
@@ -83,6 +88,14 @@ def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
         # Instant reads of one instant's samples, never a subquery over the period (it reads every sample).
         assert not [q for q in sent if "[28d:" in q], sent
         assert len(sent) <= 12, sent  # bisection over the period's 672 hours
+        # Each deployment's scope: its own server's first hour (the younger one's bisection starts at the
+        # fleet's first hour, where the older one's is found at once).
+        for deployment, instance in (("east", "a:1"), ("west", "b:1")):
+            scope = Scope((("deployment", deployment),)).key
+            expected = _read_at_first_hour(started[instance], now - slos[0].window_s)
+            if expected > now - 2 * HOUR_S:  # a store this young is asked to the scrape: its first sample
+                expected = int(started[instance] // 60 * 60)
+            assert counts.first_minute("availability", scope) == expected, deployment
         counts.close()
     finally:
         engine.stop()
