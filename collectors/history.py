@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from collectors.fleet_chart import FleetChartTotals
 from collectors.model import Event, Recipe, TargetSnapshot
 from collectors.sample_columns import SampleColumns
 from collectors.slo_ledger import SloCounts
@@ -43,6 +44,14 @@ class HistoryReader(Protocol):
         """Samples in [start_ts, end_ts] of ``targets`` (None: every target), at most ``max_points`` per
         target (bucket means beyond that), with the ``values`` and ``texts`` asked for. ``live``: this read
         comes again every interval with the window slid forward; the backend may keep what it read."""
+        ...
+
+    def fleet_chart_totals(
+        self, start_ts: float, end_ts: float, max_points: int, *, live: bool = False
+    ) -> FleetChartTotals | None:
+        """The Fleet chart's sums and medians across every target at each instant of the grid
+        ``read_columns`` would use (``fleet_chart.py``), when this backend computes them itself; None when
+        the caller should read the columns and sum them (the embedded store: its rows are local)."""
         ...
 
     def read_events(

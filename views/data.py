@@ -364,15 +364,25 @@ def _series_of(columns: SampleColumns, window: TimeWindow, points: int) -> tuple
     return series, first_ts
 
 
+def _read_fleet_series(
+    history: HistoryReader, window: TimeWindow, points: int, *, live: bool
+) -> tuple[pd.DataFrame, float]:
+    """The Fleet chart's series: summed by the backend where it can (the fleet's Prometheus: one series per
+    number instead of every target's), else from every target's columns."""
+    totals = history.fleet_chart_totals(window.start_ts, window.end_ts, points, live=live)
+    if totals is None:
+        return _series_of(_fleet_columns(history, window, points, live=live), window, points)
+    series = fleet_frames.fleet_series_of_chart_totals(totals, window.start_ts, window.duration_s / points)
+    return series, float(totals.ts.min()) if len(totals) else math.nan
+
+
 @st.cache_data(ttl=300, max_entries=16, show_spinner=False, hash_funcs=BY_READER)
 def _fleet_series_live(
     reads: StoreReader, start_ts: float, end_ts: float, points: int
 ) -> tuple[pd.DataFrame, float]:
     window = TimeWindow(start_ts, end_ts)
     # The columns are not held here: ``_series_of`` frees them before handing memory back.
-    return _series_of(
-        reads.call(lambda history: _fleet_columns(history, window, points, live=True)), window, points
-    )
+    return reads.call(lambda history: _read_fleet_series(history, window, points, live=True))
 
 
 # Cached values are plain types (floats, DataFrames), not ``FleetSeries``: Streamlit pickles them, and a
@@ -383,9 +393,7 @@ def _fleet_series_background(
     reads: StoreReader, range_s: float, interval_s: float, points: int
 ) -> tuple[float, float, pd.DataFrame, float]:
     window = quantised_window(time.time(), range_s, interval_s, points)
-    series, first_ts = _series_of(
-        reads.call(lambda history: _fleet_columns(history, window, points, live=False)), window, points
-    )
+    series, first_ts = reads.call(lambda history: _read_fleet_series(history, window, points, live=False))
     return window.start_ts, window.end_ts, series, first_ts
 
 

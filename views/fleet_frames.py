@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import float_or_nan as _num  # a cell as a number: unknown is NaN, never 0
+from collectors.fleet_chart import FLEET_CHART_SIGNALS, FleetChartTotals
 from collectors.sample_columns import SampleColumns, runs
 
 STATUS_UP = "up"
@@ -228,7 +229,42 @@ def fleet_series(samples: pd.DataFrame, start_ts: float, bucket_s: float) -> pd.
 
 
 # The signals fleet_series_of reads: a Fleet chart read asks the store for these columns only.
-FLEET_SERIES_SIGNALS: tuple[str, ...] = ("output_tok_s", "accept_length", "step_latency_s")
+# output_tok_s, accept_length, step_latency_s: summed or medians as the backend's totals say (fleet_chart.py)
+FLEET_SERIES_SIGNALS: tuple[str, ...] = tuple(FLEET_CHART_SIGNALS)
+
+
+def fleet_series_of_chart_totals(totals: FleetChartTotals, start_ts: float, bucket_s: float) -> pd.DataFrame:
+    """``fleet_series_of`` from the backend's own sums (``HistoryReader.fleet_chart_totals``): the same
+    frame.
+    The grid's step is longer than a bucket (``read_plan.aligned_grid`` spreads the same points over the
+    same window), so a bucket holds at most one instant and each number is that instant's, as
+    ``fleet_series_of`` makes it from every target's row at that instant."""
+    columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
+    if len(totals) == 0:
+        return pd.DataFrame(columns=columns)
+    frame = (
+        pd.DataFrame(
+            {
+                "bucket": np.floor((totals.ts - start_ts) / bucket_s).astype("int64"),
+                "servers": totals.servers,
+                "servers_up": totals.servers_up,
+                **totals.values,
+            }
+        )
+        .groupby("bucket")
+        .mean()
+    )
+    up = frame["servers_up"].round().astype("int64").to_numpy()
+    return pd.DataFrame(
+        {
+            "time": pd.to_datetime(start_ts + (frame.index.to_numpy() + 0.5) * bucket_s, unit="s", utc=True),
+            "output_tok_s": frame["output_tok_s"].to_numpy(),
+            "servers_up": up,
+            "servers_down": frame["servers"].round().astype("int64").to_numpy() - up,
+            "accept_length": frame["accept_length"].to_numpy(),
+            "step_latency_ms": frame["step_latency_s"].to_numpy() * 1000.0,
+        }
+    )[columns]
 
 
 def fleet_series_of(samples: SampleColumns, start_ts: float, bucket_s: float) -> pd.DataFrame:

@@ -381,7 +381,7 @@ class PrometheusSloCounts:
         as on any engine older than the period. A subquery over the period (``oldest_request``: the same
         answer for series that ran on from their first sample) reads every sample of the period, whatever
         its step: 1.2–1.7 s of Prometheus's time at 1,000 servers × 24 h. ``not_before``: an hour before
-        which none can be (the bisection starts there: a deployment's scope starts at its SLO's first hour)."""
+        which none can be (the bisection starts there: a deployment's scope at its SLO's first hour)."""
         first = math.ceil((now - found.window_s) / HOUR_S) * HOUR_S
         if not_before is not None:
             first = max(first, not_before)

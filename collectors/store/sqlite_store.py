@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from collectors.errors import StoreError
+from collectors.fleet_chart import FleetChartTotals
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
 from collectors.sample_columns import (
     SAMPLE_COLUMNS,
@@ -314,6 +315,13 @@ class SqliteStore:
     def live_window(self, values: Sequence[str], texts: Sequence[str] = ()) -> RawTail:
         """The raw window kept for ``live`` reads of these columns (its counters say how it was read)."""
         return self._tail(values, texts)
+
+    def fleet_chart_totals(
+        self, start_ts: float, end_ts: float, max_points: int, *, live: bool = False
+    ) -> FleetChartTotals | None:
+        """None: the rows are local, so the pages read the columns (with the live raw window) and sum them."""
+        del start_ts, end_ts, max_points, live
+        return None
 
     def drop_caches(self) -> None:
         """Forget the raw windows kept for ``live`` reads: the next one reads its window in full."""

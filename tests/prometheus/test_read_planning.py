@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from collectors.fleet_chart import FleetChartTotals
 from collectors.prometheus.client import QUERY_STATS
 from collectors.prometheus.promql_history import PrometheusHistory
 from collectors.prometheus.read_plan import aligned_grid, signals_to_query
@@ -30,7 +32,9 @@ from tests.prometheus.engines import (
     start_prometheus,
     wait_scraped,
 )
+from views import fleet_frames
 from views.fleet_frames import FLEET_SERIES_SIGNALS
+from views.page_context import TimeWindow
 
 pytestmark = pytest.mark.engines
 
@@ -250,3 +254,36 @@ def test_a_cold_fleet_page_reading_its_chart_and_table_at_once_makes_one_cycle(
         fresh.close()
     assert cycle > 0
     assert both <= cycle + 2, (both, cycle)
+
+
+@pytest.mark.old_samples  # waits until the engine holds samples 25 s old: runs last on it (conftest)
+def test_the_fleet_chart_summed_by_the_engine_is_the_one_summed_from_every_targets_columns(
+    golden_engine: Engine, history: PrometheusHistory
+) -> None:
+    """The Fleet chart from the engine's sums and medians (one series per number) is the chart the page
+    draws from every target's columns: the same points, the same numbers."""
+    _wait_for_samples_older_than(golden_engine, 25.0)
+    end = time.time() - 5  # instants already scraped: both reads see the same samples
+    window = TimeWindow(end - 20, end)
+    points = 10
+    totals, sent = _counted_totals(history, window, points)
+    assert totals is not None
+    columns = history.read_columns(window.start_ts, window.end_ts, FLEET_SERIES_SIGNALS, points)
+    bucket_s = window.duration_s / points
+    from_engine = fleet_frames.fleet_series_of_chart_totals(totals, window.start_ts, bucket_s)
+    from_columns = fleet_frames.fleet_series_of(columns, window.start_ts, bucket_s)
+    assert len(from_columns) > 0
+    assert from_columns["output_tok_s"].notna().any()
+    assert from_columns["accept_length"].notna().any()
+    pd.testing.assert_frame_equal(from_engine, from_columns, check_dtype=False, rtol=1e-9)
+    # Five queries of one series each (two counts, a sum, two medians), not every target's series.
+    assert sent == 5
+
+
+def _counted_totals(
+    history: PrometheusHistory, window: TimeWindow, points: int
+) -> tuple[FleetChartTotals | None, int]:
+    history.latest()  # the interval's cycle, shared with the fleet table: not the chart's queries
+    before, _ = QUERY_STATS.snapshot()
+    totals = history.fleet_chart_totals(window.start_ts, window.end_ts, points)
+    return totals, QUERY_STATS.snapshot()[0] - before
