@@ -235,9 +235,8 @@ FLEET_SERIES_SIGNALS: tuple[str, ...] = tuple(FLEET_CHART_SIGNALS)
 
 def fleet_series_of_chart_totals(totals: FleetChartTotals, start_ts: float, bucket_s: float) -> pd.DataFrame:
     """``fleet_series_of`` from the backend's own sums (``HistoryReader.fleet_chart_totals``): the same
-    frame.
-    The grid's step is longer than a bucket (``read_plan.aligned_grid`` spreads the same points over the
-    same window), so a bucket holds at most one instant and each number is that instant's, as
+    frame. The grid's step is longer than a bucket (``read_plan.aligned_grid`` spreads the same points over
+    the same window), so a bucket holds at most one instant and each number is that instant's, as
     ``fleet_series_of`` makes it from every target's row at that instant."""
     columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
     if len(totals) == 0:
