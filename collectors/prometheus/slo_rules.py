@@ -149,24 +149,15 @@ class SloQueries:
             [self.queries.cumulative_matchers, *(f'{k}="{v}"' for k, v in sorted(scope_labels.items()))]
         )
         window = window_name(slo.window_s if within_s is None else within_s)
-        oldest = " or ".join(
-            f"min_over_time(timestamp({prefix}{name}{{{matchers}}})[{window}:{every}])"
-            for name in _event_series(slo)
-            for prefix in ("sglang:", "sglang_")
+        return _min_of_each(
+            slo, matchers, lambda series: f"min_over_time(timestamp({series})[{window}:{every}])"
         )
-        return f"min({oldest})"
 
     def sampled(self, slo: Slo) -> str:
         """When the oldest of the SLI's event series' latest samples within the lookback (5 minutes) before
         the instant it is asked at was taken; empty where none: one instant's samples, however long the
         period (what ``oldest_request`` finds at each step of its subquery)."""
-        matchers = self.queries.cumulative_matchers
-        found = " or ".join(
-            f"timestamp({prefix}{name}{{{matchers}}})"
-            for name in _event_series(slo)
-            for prefix in ("sglang:", "sglang_")
-        )
-        return f"min({found})"
+        return _min_of_each(slo, self.queries.cumulative_matchers, lambda series: f"timestamp({series})")
 
     def event_series(self, slo: Slo) -> str:
         """A series selector of the SLI's own events (both spellings, every target the SLO may count):
@@ -183,6 +174,16 @@ class SloQueries:
         """The events the error ratio counts over the window, per scope (the traffic floor reads it)."""
         _, total = self.per_target(slo, shape, window_s)
         return f"{_sum(shape.by)} (\n  {total}\n)"
+
+
+def _min_of_each(slo: Slo, matchers: str, render: Callable[[str], str]) -> str:
+    """``min`` over ``render`` of each of the SLI's event series, in both spellings."""
+    found = " or ".join(
+        render(f"{prefix}{name}{{{matchers}}}")
+        for name in _event_series(slo)
+        for prefix in ("sglang:", "sglang_")
+    )
+    return f"min({found})"
 
 
 def _event_series(slo: Slo) -> list[str]:
