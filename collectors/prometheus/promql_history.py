@@ -60,8 +60,10 @@ log = logging.getLogger(__name__)
 _NUMERIC = ("up", *SAMPLE_VALUES)  # the float grid, in this order (the signals from index 2)
 _META_EVENT_KINDS = frozenset({"alert", "config", "recipe_change"})  # Prometheus cannot tell these
 _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
-# The plain-decoding rules the Fleet chart's totals render (fleet_chart_totals): as computed, one, TPOT.
-_CHART_PLAIN = frozenset({"as computed", "one", "recomputed"})
+# The plain-decoding rules the Fleet chart's totals render (fleet_chart_totals): output as computed, accept
+# length one, step latency recomputed as accept length × TPOT, so TPOT.
+_CHART_PLAIN = {"output_tok_s": "as computed", "accept_length": "one", "step_latency_s": "recomputed"}
+_STEP_LATENCY = Product(Ref("accept_length"), Ref("tpot_s"))
 _MEET_EVERY_S = 60.0  # at most one source cycle a minute to meet targets a range read found first
 
 
@@ -238,8 +240,9 @@ class PrometheusHistory:
         (``_plain_decoding``: accept length 1, step latency its TPOT), by its recipe now (the interval's
         cycle): one that switched between plain and speculative decoding within the range counts as its
         current recipe says over all of it, where the columns follow the recipe labels instant by instant.
-        None (read the columns) when a signal has a plain-decoding rule this does not render."""
-        if any(BY_NAME[name].plain not in _CHART_PLAIN for name in FLEET_CHART_SIGNALS):
+        None (read the columns) when the catalogue's rules for these signals are not those rendered here."""
+        rules = {name: BY_NAME[name].plain for name in FLEET_CHART_SIGNALS}
+        if rules != _CHART_PLAIN or BY_NAME["step_latency_s"].expr != _STEP_LATENCY:
             return None
         plain = self._plain_instances()
         grid, queries = self._grid(start_ts, end_ts, max_points, None)
