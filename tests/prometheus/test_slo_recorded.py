@@ -125,9 +125,10 @@ def test_fleet_slo_status_from_recordings_reads_no_raw_increase_and_keeps_its_co
     servers["east-a"].serve(20, context_tokens=4096, queue_s=1.2, prefill_s=0.3, aborted=2)
     servers["west-a"].serve(400, context_tokens=4096, queue_s=0.05, prefill_s=0.3)
     slos = build_slos(_config(servers, SLOS))
-    for slo in slos:  # the period's rules are evaluated too (every recorded window is read)
-        period = f'slo:sli_total:increase{window_name(slo.window_s)}{{sloth_slo="{slo.name}"}}'
-        engine.wait_for(f'{period[:-1]}, deployment="east"}} > 0', lambda r: bool(r), 30)
+    for slo in slos:  # the period's rules hold both deployments' traffic (every recorded window is read)
+        for deployment in ("east", "west"):
+            period = f'slo:sli_total:increase{window_name(slo.window_s)}{{sloth_slo="{slo.name}"'
+            engine.wait_for(f'{period}, deployment="{deployment}"}} > 0', lambda r: bool(r), 30)
     now = time.time()
     later = now + 0.7  # the report's counts are asked a moment after its now: windows 0.7 s too long
     # Coverage is asked to the scrape interval within the last two hours: this Prometheus is seconds old.
