@@ -201,12 +201,23 @@ def fleet_totals(table: pd.DataFrame) -> FleetTotals:
     )
 
 
+# The Fleet chart's frame, however it is made (fleet_series, fleet_series_of, fleet_series_of_chart_totals).
+FLEET_SERIES_COLUMNS = (
+    "time",
+    "output_tok_s",
+    "servers_up",
+    "servers_down",
+    "accept_length",
+    "step_latency_ms",
+)
+
+
 def fleet_series(samples: pd.DataFrame, start_ts: float, bucket_s: float) -> pd.DataFrame:
     """Fleet-wide series per time bucket: total output tok/s, servers up, median accept length and step (ms).
 
     Each target is averaged within a bucket first, so a target sampled twice in a bucket is not counted twice.
     """
-    columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
+    columns = list(FLEET_SERIES_COLUMNS)
     if samples.empty:
         return pd.DataFrame(columns=columns)
     frame = samples[["ts", "target", "up", "output_tok_s", "accept_length", "step_latency_s"]].copy()
@@ -238,7 +249,7 @@ def fleet_series_of_chart_totals(totals: FleetChartTotals, start_ts: float, buck
     frame. The grid's step is longer than a bucket (``read_plan.aligned_grid`` spreads the same points over
     the same window), so a bucket holds at most one instant and each number is that instant's, as
     ``fleet_series_of`` makes it from every target's row at that instant."""
-    columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
+    columns = list(FLEET_SERIES_COLUMNS)
     if len(totals) == 0:
         return pd.DataFrame(columns=columns)
     frame = (
@@ -271,7 +282,7 @@ def fleet_series_of(samples: SampleColumns, start_ts: float, bucket_s: float) ->
     FLEET_SERIES_SIGNALS): the same numbers, in numpy. Rows come sorted by target then time, so a target's
     rows in one bucket are a contiguous run (one ``reduceat``); only the medians across targets go through
     pandas."""
-    columns = ["time", "output_tok_s", "servers_up", "servers_down", "accept_length", "step_latency_ms"]
+    columns = list(FLEET_SERIES_COLUMNS)
     if len(samples) == 0:
         return pd.DataFrame(columns=columns)
     bucket = np.floor((samples.ts - start_ts) / bucket_s).astype("int64")

@@ -250,18 +250,23 @@ class PrometheusHistory:
         scraped = queries.up()
         up = f"(({scraped}) == 1)"
         exprs = {"servers": f"count ({scraped})", "servers_up": f"count {up}"}
-        per_target = {name: f"({every[name]}) and on (instance, job) {up}" for name in FLEET_CHART_SIGNALS}
+        # Output counts every target up; accept length and step latency as computed only the speculative ones,
+        # the plain ones by their rules.
+        spec, plain_values = up, {}
         if plain:
             narrowed = self._queries(grid.step_s, plain, instances=True)
             up_plain = f"(({narrowed.up()}) == 1)"  # its value is 1: a plain target's accept length
             spec = f"(({scraped}) == 1 unless on (instance, job) {up_plain})"
-            per_target = {
-                name: f"({every[name]}) and on (instance, job) {spec}" for name in FLEET_CHART_SIGNALS
+            plain_values = {
+                "accept_length": up_plain,
+                "step_latency_s": f"({narrowed.signals()['tpot_s']}) and on (instance, job) {up_plain}",
             }
-            per_target["accept_length"] = f"({per_target['accept_length']}) or {up_plain}"
-            tpot_plain = f"({narrowed.signals()['tpot_s']}) and on (instance, job) {up_plain}"
-            per_target["step_latency_s"] = f"({per_target['step_latency_s']}) or ({tpot_plain})"
-            per_target["output_tok_s"] = f"({every['output_tok_s']}) and on (instance, job) {up}"
+        per_target = {
+            name: f"({every[name]}) and on (instance, job) {up if name == 'output_tok_s' else spec}"
+            for name in FLEET_CHART_SIGNALS
+        }
+        for name, value in plain_values.items():
+            per_target[name] = f"({per_target[name]}) or ({value})"
         for name, how in FLEET_CHART_SIGNALS.items():
             exprs[name] = (
                 f"sum ({per_target[name]})" if how == "sum" else f"quantile (0.5, {per_target[name]})"
