@@ -64,6 +64,7 @@ _DOWN_ERROR = "Prometheus could not scrape it (up == 0)"
 # length one, step latency recomputed as accept length × TPOT, so TPOT.
 _CHART_PLAIN = {"output_tok_s": "as computed", "accept_length": "one", "step_latency_s": "recomputed"}
 _STEP_LATENCY = Product(Ref("accept_length"), Ref("tpot_s"))
+_UP_VALUE = "up"  # the label count_values gives each value of `up` in the Fleet chart's target counts
 _MEET_EVERY_S = 60.0  # at most one source cycle a minute to meet targets a range read found first
 
 
@@ -230,11 +231,11 @@ class PrometheusHistory:
     def fleet_chart_totals(
         self, start_ts: float, end_ts: float, max_points: int, *, live: bool = False
     ) -> FleetChartTotals | None:
-        """The Fleet chart's numbers summed by the engine (``fleet_chart.FLEET_CHART_SIGNALS``): one range
-        query per number, each answered with one series (``sum``, ``quantile``, ``count`` across the fleet),
-        on the grid ``read_columns`` uses. The chart otherwise read every target's series of four signals
-        and ``up`` (1,000 targets × 150 points: ~4 MB a query, 1.5 s of Prometheus's time each) to sum them
-        here.
+        """The Fleet chart's numbers summed by the engine (``fleet_chart.FLEET_CHART_SIGNALS``): four range
+        queries answered with a series or two each (``count_values`` of `up`: targets scraped and up; a
+        ``sum`` and two ``quantile``s across the fleet), on the grid ``read_columns`` uses. The chart
+        otherwise read every target's series of four signals and ``up`` (1,000 targets × 150 points: ~4 MB a
+        query, 1.5 s of Prometheus's time each) to sum them here.
 
         A target whose recipe says it decodes plainly counts as the catalogue's plain-decoding rules say
         (``_plain_decoding``: accept length 1, step latency its TPOT), by its recipe now (the interval's
@@ -247,16 +248,17 @@ class PrometheusHistory:
         plain = self._plain_instances()
         grid, queries = self._grid(start_ts, end_ts, max_points, None)
         every = queries.signals()
-        scraped = queries.up()
-        up = f"(({scraped}) == 1)"
-        exprs = {"servers": f"count ({scraped})", "servers_up": f"count {up}"}
+        # Targets with a sample and targets up, in one query: how many targets had each value of `up` (1: up
+        # the whole step). On Prometheus each query re-reads `up` over the whole range.
+        exprs = {"servers": f'count_values ("{_UP_VALUE}", {queries.up()})'}
+        up = f"(({queries.up_each()}) == 1)"
         # Output counts every target up; accept length and step latency as computed only the speculative ones,
         # the plain ones by their rules.
         spec, plain_values = up, {}
         if plain:
             narrowed = self._queries(grid.step_s, plain, instances=True)
             up_plain = f"(({narrowed.up()}) == 1)"  # its value is 1: a plain target's accept length
-            spec = f"(({scraped}) == 1 unless on (instance, job) {up_plain})"
+            spec = f"({up} unless on (instance, job) {up_plain})"
             plain_values = {
                 "accept_length": up_plain,
                 "step_latency_s": f"({narrowed.signals()['tpot_s']}) and on (instance, job) {up_plain}",
@@ -275,17 +277,22 @@ class PrometheusHistory:
         answers = self._range_all(exprs, grid, said, live=live)
         self._note_partial(said)
         instants = np.arange(grid.points, dtype=np.float64) * grid.step_s + grid.first_ts
-        columns = {name: np.full(len(instants), np.nan) for name in exprs}
-        for name, found in answers.items():
+
+        def column(found: list[RangeSeries]) -> FloatArray:
+            values = np.full(len(instants), np.nan)
             for series in found:
-                columns[name][np.searchsorted(instants, series.timestamps)] = series.values
-        held = ~np.isnan(columns["servers"])  # an instant with no target scraped is no row
-        counts = {name: np.nan_to_num(columns[name][held]) for name in ("servers", "servers_up")}
+                values[np.searchsorted(instants, series.timestamps)] = series.values
+            return values
+
+        by_up = {series.labels.get(_UP_VALUE): column([series]) for series in answers.pop("servers")}
+        counted = np.array(list(by_up.values())) if by_up else np.full((1, len(instants)), np.nan)
+        held = ~np.isnan(counted).all(axis=0)  # an instant with no target scraped is no row
+        servers_up = by_up.get("1", np.zeros(len(instants)))
         return FleetChartTotals(
             instants[held],
-            counts["servers"],
-            counts["servers_up"],
-            {name: columns[name][held] for name in FLEET_CHART_SIGNALS},
+            np.nansum(counted, axis=0)[held],
+            np.nan_to_num(servers_up[held]),
+            {name: column(answers[name])[held] for name in FLEET_CHART_SIGNALS},
         )
 
     def _plain_instances(self) -> list[str]:

@@ -290,6 +290,14 @@ class SignalQueries:
             return f"max {_BY} ({self._plain('up')})"
         return f"min {_BY} (min_over_time({self._plain('up')}[{format_duration(self.gauge_window_s)}]))"
 
+    def up_each(self) -> str:
+        """``up`` per series, unaggregated (its step's minimum on a range grid): a filter joined ``on
+        (instance, job)`` needs no ``min by``, which costs Prometheus as much again as reading ``up`` on a
+        week's range of 1,000 targets."""
+        if self.gauge_window_s is None:
+            return self._plain("up")
+        return f"min_over_time({self._plain('up')}[{format_duration(self.gauge_window_s)}])"
+
     def scrape_duration_s(self) -> str:
         if self.gauge_window_s is None:
             return f"max {_BY} ({self._plain('scrape_duration_seconds')})"
