@@ -67,6 +67,7 @@ HISTORY_H = 7 * 24.0
 BACKFILL_STEP_S = 60.0  # Prometheus's default scrape interval: the backfilled week
 INTERVAL_S = 15.0  # the live scrapes, the rules' evaluation and the dashboard's refresh
 RATE_WINDOW_S = 4 * BACKFILL_STEP_S  # four samples of the backfilled history in every rate window
+DOWNSAMPLE_S = 300.0  # prometheus.downsample_s: its default
 PAGES = ("fleet", "server", "context", "capacity", "recipes", "slo")
 RANGES = ("15m", "24h", "7d")
 BACKENDS = ("embedded", "victoria-metrics", "prometheus")
@@ -142,6 +143,7 @@ def _engine_settings(url: str, store: Path) -> dict[str, object]:
             "selector": prom_data.SELECTOR,
             "timeout_s": 120,
             "rate_window_s": RATE_WINDOW_S,
+            "downsample_s": DOWNSAMPLE_S,
             "use_recording_rules": True,
         },
         "slos": SLOS,
@@ -419,7 +421,7 @@ def main() -> dict[str, object]:
     result: dict[str, object] = {"servers": servers, "history_h": hours, "runs_per_case": runs}
 
     started = time.perf_counter()
-    shape = prom_data.Shape(servers, BASE_SERVERS, BACKFILL_STEP_S, RATE_WINDOW_S)
+    shape = prom_data.Shape(servers, BASE_SERVERS, BACKFILL_STEP_S, RATE_WINDOW_S, DOWNSAMPLE_S)
     data = prom_data.prepare(root, shape, hours=hours, until_ts=time.time())
     result["engine_data"] = {
         "prepare_s": round(time.perf_counter() - started, 1),

@@ -39,6 +39,7 @@ import numpy as np
 import requests
 
 from bench.prom_engines import start_prometheus, start_victoria
+from collectors.prometheus import downsampled
 from collectors.prometheus.queries import SignalQueries
 from sim.series_history import SeriesHistory, series_history
 
@@ -62,6 +63,7 @@ class Shape:
     base_servers: int
     step_s: float
     rate_window_s: float
+    downsample_s: float  # the Fleet chart's downsampled recordings (a dataset from before them is rebuilt)
 
 
 @dataclass(slots=True)
@@ -102,9 +104,9 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def queries(rate_window_s: float) -> SignalQueries:
+def queries(rate_window_s: float, downsample_s: float = 300.0) -> SignalQueries:
     """The PromQL the benchmark's configs render (selector job="sglang", this rate window)."""
-    return SignalQueries(SELECTOR, rate_window_s)
+    return SignalQueries(SELECTOR, rate_window_s, downsample_s=downsample_s)
 
 
 def clone_name(base: str, copy: int) -> str:
@@ -168,6 +170,7 @@ def _add_stretch(data: Dataset, until: float, report: Report) -> None:
 
     started = time.perf_counter()
     recorded = _evaluate_rules(history, base_blocks, work, shape.rate_window_s)
+    _downsample(history, recorded, queries(shape.rate_window_s, shape.downsample_s))
     lap("evaluate_rules_s", started)
 
     started = time.perf_counter()
@@ -329,6 +332,37 @@ def _evaluate_rules(
     return out
 
 
+def _downsample(
+    history: SeriesHistory, recorded: dict[str, dict[str, np.ndarray]], rendered: SignalQueries
+) -> None:
+    """The downsampled group's recordings (``collectors.prometheus.downsampled``) added to ``recorded``, as
+    its rules would record them: at every multiple of the resolution, ``up``'s minimum and each signal's
+    average (of its recording's known samples) over the window's samples, (t - resolution, t]."""
+    step = float(history.ts[1] - history.ts[0])
+    per = max(round(rendered.downsample_s / step), 1)
+    at = np.flatnonzero(np.isclose(np.mod(history.ts, rendered.downsample_s), 0.0))
+    at = at[at >= per - 1]
+    windows = at[:, None] - np.arange(per)[None, :]  # each evaluation's samples, by index
+    own = {r.signal: r.record for r in rendered.recordings()}
+
+    def column(values: np.ndarray) -> np.ndarray:
+        out = np.full(len(history.ts), np.nan)
+        out[at] = values
+        return out
+
+    for server in history.servers:
+        found = recorded[server.name]
+        found[downsampled.up_record(rendered)] = column(server.up.astype(np.float64)[windows].min(axis=1))
+        for name, record in downsampled.records(rendered).items():
+            values = found.get(own[name])
+            if values is None:
+                continue
+            sampled = values[windows]
+            known = (~np.isnan(sampled)).sum(axis=1)
+            sums = np.nansum(sampled, axis=1)
+            found[record] = column(np.where(known > 0, sums / np.maximum(known, 1), np.nan))
+
+
 def _metric(text: str, name: str) -> float:
     """The first sample of ``name`` in a /metrics body (0 when absent)."""
     for line in text.splitlines():
@@ -388,7 +422,7 @@ def main() -> None:
 
     root, servers, base, hours = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     data = prepare(
-        Path(root), Shape(servers, base, 60.0, 240.0), hours=hours, until_ts=time.time(), report=print
+        Path(root), Shape(servers, base, 60.0, 240.0, 300.0), hours=hours, until_ts=time.time(), report=print
     )
     print(json.dumps({k: v for k, v in asdict(data).items() if k != "root"}, indent=1, default=str))
 

@@ -266,6 +266,13 @@ class PrometheusSettings(_Settings):
         False,
         description="History reads the series of `export-recording-rules` (load them into Prometheus first).",
     )
+    downsample_s: float = Field(
+        300.0,
+        ge=1,
+        le=86400,
+        description="Resolution of the downsampled recordings `export-recording-rules` adds for the Fleet "
+        "chart's long ranges (steps of 4× this or more, e.g. 7 d), read with use_recording_rules.",
+    )
     latency_offset_s: float = Field(
         30.0,
         ge=0,

@@ -106,6 +106,7 @@ class SignalQueries:
     node_label: str = "instance"  # the SGLang series' label naming their node (instance: its host)
     gpu_node_label: str = "Hostname"  # the DCGM series' label naming their node (instance: its host)
     params: tuple[tuple[str, float | None], ...] = ()  # the config's numbers (cost.gpu_hour_usd)
+    downsample_s: float = 300.0  # the downsampled recordings' resolution (prometheus.downsample_s)
 
     # -- selectors -----------------------------------------------------------------------------------------
     @property
@@ -280,29 +281,30 @@ class SignalQueries:
         return f"max {_BY} (avg_over_time({selector}[{format_duration(self.gauge_window_s)}]))"
 
     # -- health, discovery, labels ---------------------------------------------------------------------------
-    def _plain(self, metric: str) -> str:
+    def selected(self, metric: str) -> str:
+        """``metric`` with the fleet selector and the narrowing (a series not of SGLang's: ``up``)."""
         matchers = ", ".join(m for m in (self.selector, self.narrow) if m)
         return f"{metric}{{{matchers}}}" if matchers else metric
 
     def up(self) -> str:
         """Prometheus's own scrape health; only meaningful when the selector uses target labels (job, ...)."""
         if self.gauge_window_s is None:
-            return f"max {_BY} ({self._plain('up')})"
-        return f"min {_BY} (min_over_time({self._plain('up')}[{format_duration(self.gauge_window_s)}]))"
+            return f"max {_BY} ({self.selected('up')})"
+        return f"min {_BY} (min_over_time({self.selected('up')}[{format_duration(self.gauge_window_s)}]))"
 
     def up_each(self) -> str:
         """``up`` per series, unaggregated (its step's minimum on a range grid): a filter joined ``on
         (instance, job)`` needs no ``min by``, which costs Prometheus as much again as reading ``up`` on a
         week's range of 1,000 targets."""
         if self.gauge_window_s is None:
-            return self._plain("up")
-        return f"min_over_time({self._plain('up')}[{format_duration(self.gauge_window_s)}])"
+            return self.selected("up")
+        return f"min_over_time({self.selected('up')}[{format_duration(self.gauge_window_s)}])"
 
     def scrape_duration_s(self) -> str:
         if self.gauge_window_s is None:
-            return f"max {_BY} ({self._plain('scrape_duration_seconds')})"
+            return f"max {_BY} ({self.selected('scrape_duration_seconds')})"
         window = format_duration(self.gauge_window_s)
-        return f"max {_BY} (avg_over_time({self._plain('scrape_duration_seconds')}[{window}]))"
+        return f"max {_BY} (avg_over_time({self.selected('scrape_duration_seconds')}[{window}]))"
 
     def present(self) -> str:
         """Targets with a fresh SGLang sample (the running-requests gauge: every version has it)."""
@@ -350,4 +352,5 @@ def signal_queries(config: Config, *, source: str = "<config>") -> SignalQueries
         node_label=prometheus.node_label,
         gpu_node_label=prometheus.gpu_node_label,
         params=params,
+        downsample_s=prometheus.downsample_s,
     )

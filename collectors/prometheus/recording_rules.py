@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from collectors.prometheus import downsampled
 from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.signals import (
     GPU_COUNT_APPROXIMATION,
@@ -30,13 +31,14 @@ __all__ = ["GROUP_NAME", "Recording", "export_recording_rules", "recordings", "r
 
 
 def rule_groups(queries: SignalQueries, *, interval_s: float | None = None) -> dict[str, Any]:
-    """The rule file as a mapping (``groups:`` with one group of recording rules)."""
+    """The rule file as a mapping (``groups:``): the signals' recordings, and the Fleet chart's downsampled
+    ones (``downsampled``: evaluated once per their resolution, from the signals' recordings)."""
     expressions = queries.signals()
     group: dict[str, Any] = {"name": GROUP_NAME}
     if interval_s is not None:
         group["interval"] = format_duration(interval_s)
     group["rules"] = [{"record": r.record, "expr": expressions[r.signal]} for r in queries.recordings()]
-    return {"groups": [group]}
+    return {"groups": [group, downsampled.rule_group(queries)]}
 
 
 def render_rules(config: Config, *, source: str = "<config>") -> str:
@@ -51,6 +53,9 @@ def render_rules(config: Config, *, source: str = "<config>") -> str:
         f"# Selector: {queries.selector or '(none)'}; rate window: {format_duration(queries.rate_window_s)}.",
         "#",
         *(f"# {r.record}: {r.help}" for r in queries.recordings()),
+        f"# Group {downsampled.GROUP_NAME}: the Fleet chart's signals averaged (and up's minimum) over "
+        f"{format_duration(queries.downsample_s)},",
+        "# read for its long ranges (prometheus.downsample_s).",
         "#",
         *("# " + line for line in textwrap.wrap("Approximation: " + PROMQL_APPROXIMATION, 110)),
         *("# " + line for line in textwrap.wrap("GPUs: " + GPU_COUNT_APPROXIMATION, 110)),
