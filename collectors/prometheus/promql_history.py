@@ -25,6 +25,7 @@ from collectors.derive import EVALUATION_ORDER, spec_enabled
 from collectors.errors import QueryError, StoreError
 from collectors.fleet_chart import FLEET_CHART_SIGNALS, FleetChartTotals
 from collectors.model import SIGNAL_NAMES, Event, Recipe, TargetSnapshot
+from collectors.prometheus import downsampled
 from collectors.prometheus.matrix import RangeSeries
 from collectors.prometheus.naming import (
     TargetKey,
@@ -247,24 +248,62 @@ class PrometheusHistory:
             return None
         plain = self._plain_instances()
         grid, queries = self._grid(start_ts, end_ts, max_points, None)
-        every = queries.signals()
+        said: list[str] = []
+        if queries.recorded and downsampled.serves(queries, grid.step_s):
+            # A long range from the downsampled recordings; where they do not reach back to its start (their
+            # rules loaded after the samples began), the instants before their first full step, and that
+            # step, at full resolution.
+            columns = self._chart_columns(grid, plain, said, live=live, down=True)
+            held = np.flatnonzero(~np.isnan(columns["servers"]))
+            upto = int(held[0]) if len(held) else grid.points - 1
+            if upto > 0 or not len(held):
+                before = Grid(grid.first_ts, grid.first_ts + upto * grid.step_s, grid.step_s)
+                for name, values in self._chart_columns(before, plain, said, live=live).items():
+                    columns[name][: upto + 1] = values
+        else:
+            columns = self._chart_columns(grid, plain, said, live=live)
+        self._note_partial(said)
+        instants = np.arange(grid.points, dtype=np.float64) * grid.step_s + grid.first_ts
+        held_at = ~np.isnan(columns["servers"])  # an instant with no target scraped is no row
+        return FleetChartTotals(
+            instants[held_at],
+            columns["servers"][held_at],
+            np.nan_to_num(columns["servers_up"][held_at]),
+            {name: columns[name][held_at] for name in FLEET_CHART_SIGNALS},
+        )
+
+    def _chart_columns(
+        self, grid: Grid, plain: Sequence[str], said: list[str], *, live: bool, down: bool = False
+    ) -> dict[str, FloatArray]:
+        """The Fleet chart's numbers at each instant of ``grid`` (NaN where unknown): ``servers``,
+        ``servers_up`` and each of ``FLEET_CHART_SIGNALS``, from the signals' recordings (or raw series), or
+        from the downsampled recordings (``down``)."""
+        queries = self._queries(grid.step_s, None)
+
+        def signal(q: SignalQueries, name: str) -> str:
+            return downsampled.signal(q, name, grid.step_s) if down else q.signals()[name]
+
+        def up_each(q: SignalQueries) -> str:
+            return downsampled.up(q, grid.step_s) if down else q.up_each()
+
         # Targets with a sample and targets up, in one query: how many targets had each value of `up` (1: up
         # the whole step). On Prometheus each query re-reads `up` over the whole range.
-        exprs = {"servers": f'count_values ("{_UP_VALUE}", {queries.up()})'}
-        up = f"(({queries.up_each()}) == 1)"
+        counted = downsampled.up(queries, grid.step_s) if down else queries.up()
+        exprs = {"servers": f'count_values ("{_UP_VALUE}", {counted})'}
+        up = f"(({up_each(queries)}) == 1)"
         # Output counts every target up; accept length and step latency as computed only the speculative ones,
         # the plain ones by their rules.
         spec, plain_values = up, {}
         if plain:
             narrowed = self._queries(grid.step_s, plain, instances=True)
-            up_plain = f"(({narrowed.up()}) == 1)"  # its value is 1: a plain target's accept length
+            up_plain = f"(({up_each(narrowed)}) == 1)"  # its value is 1: a plain target's accept length
             spec = f"({up} unless on (instance, job) {up_plain})"
             plain_values = {
                 "accept_length": up_plain,
-                "step_latency_s": f"({narrowed.signals()['tpot_s']}) and on (instance, job) {up_plain}",
+                "step_latency_s": f"({signal(narrowed, 'tpot_s')}) and on (instance, job) {up_plain}",
             }
         per_target = {
-            name: f"({every[name]}) and on (instance, job) {up if name == 'output_tok_s' else spec}"
+            name: f"({signal(queries, name)}) and on (instance, job) {up if name == 'output_tok_s' else spec}"
             for name in FLEET_CHART_SIGNALS
         }
         for name, value in plain_values.items():
@@ -273,9 +312,7 @@ class PrometheusHistory:
             exprs[name] = (
                 f"sum ({per_target[name]})" if how == "sum" else f"quantile (0.5, {per_target[name]})"
             )
-        said: list[str] = []
         answers = self._range_all(exprs, grid, said, live=live)
-        self._note_partial(said)
         instants = np.arange(grid.points, dtype=np.float64) * grid.step_s + grid.first_ts
 
         def column(found: list[RangeSeries]) -> FloatArray:
@@ -285,15 +322,14 @@ class PrometheusHistory:
             return values
 
         by_up = {series.labels.get(_UP_VALUE): column([series]) for series in answers.pop("servers")}
-        counted = np.array(list(by_up.values())) if by_up else np.full((1, len(instants)), np.nan)
-        held = ~np.isnan(counted).all(axis=0)  # an instant with no target scraped is no row
-        servers_up = by_up.get("1", np.zeros(len(instants)))
-        return FleetChartTotals(
-            instants[held],
-            np.nansum(counted, axis=0)[held],
-            np.nan_to_num(servers_up[held]),
-            {name: column(answers[name])[held] for name in FLEET_CHART_SIGNALS},
-        )
+        counts = np.array(list(by_up.values())) if by_up else np.full((1, len(instants)), np.nan)
+        scraped = ~np.isnan(counts).all(axis=0)
+        out = {
+            "servers": np.where(scraped, np.nansum(counts, axis=0), np.nan),
+            "servers_up": by_up.get("1", np.full(len(instants), np.nan)),
+        }
+        out.update({name: column(answers[name]) for name in FLEET_CHART_SIGNALS})
+        return out
 
     def _plain_instances(self) -> list[str]:
         """The instances whose recipe now (the interval's cycle, shared) says they decode plainly."""

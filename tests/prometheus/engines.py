@@ -315,9 +315,11 @@ def source_config(
     timeout_s: float = 5.0,
     gpus: dict[str, str] | None = None,
     gpu_hour_usd: float | None = None,
+    downsample_s: float = 2.0,
 ) -> Config:
     """A ``source: prometheus`` config; ``targets`` (name/url pairs or Targets) name discovered instances;
-    ``gpus`` the GPU join (``prometheus.gpu_selector``, ``node_label``, ``gpu_node_label``)."""
+    ``gpus`` the GPU join (``prometheus.gpu_selector``, ``node_label``, ``gpu_node_label``). The downsampled
+    recordings are at 2 s (the session's Prometheus loads its rules from this config)."""
     return parse_config(
         {
             "source": "prometheus",
@@ -330,6 +332,7 @@ def source_config(
                 "selector": selector,
                 "rate_window_s": rate_window_s,
                 "timeout_s": timeout_s,
+                "downsample_s": downsample_s,
                 **(gpus or {}),
             },
             "cost": {"gpu_hour_usd": gpu_hour_usd},
