@@ -88,9 +88,11 @@ def test_export_rules_and_recording_rules(tmp_path: Path) -> None:
     assert rules.returncode == 0, rules.stderr
     assert recording.returncode == 0, recording.stderr
     groups = yaml.safe_load(rules.stdout)["groups"]
-    # The same recording group in both exports: the alerts read what Grafana and the dashboard read.
-    assert groups[0]["rules"] == yaml.safe_load(recording.stdout)["groups"][0]["rules"]
-    assert {g["interval"] for g in groups} == {"15s"}
+    # The same recording groups in both exports: the alerts read what Grafana and the dashboard read.
+    recorded = yaml.safe_load(recording.stdout)["groups"]
+    assert [g["rules"] for g in groups[:2]] == [g["rules"] for g in recorded]
+    # Every group at the evaluation interval but the downsampled recordings, once per their resolution.
+    assert [g["interval"] for g in groups] == ["15s", "5m", "15s"]
     same = subprocess.run(
         [sys.executable, "-m", "alerts", "export-rules", "--config", str(config)],
         capture_output=True,

@@ -19,7 +19,7 @@ from alerts.export import render_rules
 from alerts.promql import MIN_SAMPLES
 from alerts.rules import build_rules
 from alerts.window import TargetHistory
-from collectors.prometheus import recording_rules
+from collectors.prometheus import downsampled, recording_rules
 from collectors.prometheus.queries import recordings
 from config import parse_config
 from tests.alerts.conftest import snap
@@ -153,9 +153,14 @@ def test_groups_carry_the_evaluation_interval_and_windows_hold_four_samples() ->
         ({"scrape": {"interval_s": 5}, "alerts": {"evaluation_interval_s": 20}}, "20s"),
     ):
         groups = yaml.safe_load(render_rules(parse_config(raw)))["groups"]
-        assert [g["name"] for g in groups] == [recording_rules.GROUP_NAME, "specwatch-alerts"]
-        assert {g["interval"] for g in groups} == {interval}
-        windows = re.findall(r"_over_time\([^\[]*\[(\w+)\]", yaml.safe_dump(groups[1]))
+        assert [g["name"] for g in groups] == [
+            recording_rules.GROUP_NAME,
+            downsampled.GROUP_NAME,
+            "specwatch-alerts",
+        ]
+        # The downsampled recordings are evaluated once per their resolution (prometheus.downsample_s).
+        assert [g["interval"] for g in groups] == [interval, "5m", interval]
+        windows = re.findall(r"_over_time\([^\[]*\[(\w+)\]", yaml.safe_dump(groups[-1]))
         assert windows  # the alerts do average over windows
         assert min(seconds(w) for w in windows) >= MIN_SAMPLES * seconds(interval)
     # KVPoolSaturation's 30 s window, evaluated every 20 s, is widened to 80 s; at 5 s it stays 30 s.
@@ -166,10 +171,10 @@ def test_groups_carry_the_evaluation_interval_and_windows_hold_four_samples() ->
 
 def test_the_alerts_read_the_catalogues_recorded_series() -> None:
     text = render_rules(parse_config(SCRAPE_15S))
-    signals, alerts = yaml.safe_load(text)["groups"]
+    signals, down, alerts = yaml.safe_load(text)["groups"]
     queries = recording_rules.signal_queries(parse_config(SCRAPE_15S))
-    # The recording group is the one `export-recording-rules` writes, series for series.
-    assert signals == recording_rules.rule_groups(queries, interval_s=STEP_S)["groups"][0]
+    # The recording groups are those `export-recording-rules` writes, series for series.
+    assert [signals, down] == recording_rules.rule_groups(queries, interval_s=STEP_S)["groups"]
     recorded = {r.record for r in recordings(queries.rate_window_s)}
     chained = {r["record"] for r in alerts["rules"] if "record" in r}
     for rule in alerts["rules"]:
@@ -187,7 +192,7 @@ def test_the_alerts_read_the_catalogues_recorded_series() -> None:
 
 def test_rules_prometheus_cannot_judge_are_left_out_with_the_reason_in_the_header() -> None:
     text = render_rules()
-    alerts = yaml.safe_load(text)["groups"][1]["rules"]
+    alerts = yaml.safe_load(text)["groups"][-1]["rules"]
     # ErrorBudgetBurn is exported per SLO and severity (test_export_slo.py): none without slos.
     left_out = {"AcceptLengthRegression", "SourceDown", "ErrorBudgetBurn"}
     assert [a["alert"] for a in alerts if "alert" in a] == [

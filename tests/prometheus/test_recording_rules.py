@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.prometheus import downsampled
 from collectors.prometheus.promql_source import PrometheusSource
 from collectors.prometheus.recording_rules import recordings, render_rules
 from config import parse_config
@@ -38,8 +39,9 @@ def test_exported_rules_pass_promtool(
     path.write_text(text)
     checked = _promtool_check(path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    # Without a price there is no cost series to record; with one, every signal is recorded.
-    rules = len(recordings(60)) - (price is None)
+    # Without a price there is no cost series to record; with one, every signal is recorded. Then the
+    # Fleet chart's downsampled recordings: up and each of its signals.
+    rules = len(recordings(60)) - (price is None) + 1 + len(downsampled.SIGNALS)
     assert f"SUCCESS: {rules} rules found" in checked.stdout
     assert ("usd_per_million_output_tokens" in text) is (price is not None)
 
