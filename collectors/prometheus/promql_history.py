@@ -236,7 +236,9 @@ class PrometheusHistory:
         queries answered with a series or two each (``count_values`` of `up`: targets scraped and up; a
         ``sum`` and two ``quantile``s across the fleet), on the grid ``read_columns`` uses. The chart
         otherwise read every target's series of four signals and ``up`` (1,000 targets × 150 points: ~4 MB a
-        query, 1.5 s of Prometheus's time each) to sum them here.
+        query, 1.5 s of Prometheus's time each) to sum them here. With ``use_recording_rules``, a step of
+        ``downsampled.STEPS_PER_SAMPLE`` × ``prometheus.downsample_s`` or more (7 d, 30 d) reads the
+        downsampled recordings (``collectors/prometheus/downsampled.py``) where they reach.
 
         A target whose recipe says it decodes plainly counts as the catalogue's plain-decoding rules say
         (``_plain_decoding``: accept length 1, step latency its TPOT), by its recipe now (the interval's
