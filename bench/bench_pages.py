@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-import resource
 import sqlite3
 import statistics
 import tempfile
@@ -44,6 +43,7 @@ from typing import Any
 import yaml
 from streamlit.testing.v1 import AppTest
 
+from bench.measure import peak_rss_mb
 from collectors.store.sqlite_store import SqliteStore
 from collectors.store.tiers import TIERS
 from sim.fill import fill_store
@@ -296,7 +296,7 @@ def _size_cases(
     finally:
         requests.put(None)
         collector.join()
-    cases["dashboard_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    cases["dashboard_peak_rss_mb"] = round(peak_rss_mb())
     out.put(cases)
 
 
@@ -374,9 +374,7 @@ def main() -> dict[str, object]:
                     if key.endswith("_7d"):
                         worst["cold_7d"] = max(worst["cold_7d"], float(case["cold_s"]))
         # This process filled and cloned the store; the pages ran in children (their RSS is per size above).
-        result["fill_and_clone_peak_rss_mb"] = round(
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        )
+        result["fill_and_clone_peak_rss_mb"] = round(peak_rss_mb())
         result["targets"] = {
             "warm_s": TARGET_WARM_S,
             "cold_24h_s": TARGET_COLD_S,

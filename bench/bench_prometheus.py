@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -43,6 +42,7 @@ import requests
 import yaml
 
 from bench import bench_pages, prom_data
+from bench.measure import peak_rss_mb
 from bench.prom_engines import (
     Engine,
     cpu_seconds,
@@ -318,7 +318,7 @@ def _backend_cases(
         if collector is not None:
             asks.put(None)
             collector.join()
-    cases["dashboard_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    cases["dashboard_peak_rss_mb"] = round(peak_rss_mb())
     out.put(cases)
 
 

@@ -45,9 +45,8 @@ import requests
 import yaml
 
 from bench.bench_prometheus import _free_port
-from bench.bench_scrape_vs_prometheus import _rss_mb
 from bench.loopback import Answer, keep_alive, listen
-from bench.measure import process_cpu_s, stop
+from bench.measure import peak_rss_mb, process_cpu_s, stop
 
 SERVERS = 5000
 TEMPLATES = 25
@@ -269,7 +268,7 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
             )
             t1, wall1 = time.monotonic(), time.time()
             after = _exported(exporter_port)
-            peak_rss_mb = _rss_mb(process.pid)
+            collector_peak_rss_mb = peak_rss_mb(process.pid)
             time.sleep(fleet.interval_s + 1)  # the window's last cycle written before counting its rows
             # Each row carries the time its scrape answered: the window's rows ≈ its scrapes.
             up_rows, down_rows = _rows(folder / "history.sqlite", wall0, wall1)
@@ -304,7 +303,7 @@ def _phase(phase: str, fleet: Fleet, warmup_s: float, window_s: float) -> dict[s
         and up_rows >= KEEPING_UP * expected
         and down_rows == 0
         and not after.get("specwatch_store_dropped_rows_total", 0),
-        "peak_rss_mb": round(peak_rss_mb),
+        "peak_rss_mb": round(collector_peak_rss_mb),
         "store_mb_per_hour": round(store_bytes / 1e6 * 3600 / (warmup_s + window_s), 1),
     }
 

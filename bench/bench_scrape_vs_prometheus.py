@@ -43,7 +43,7 @@ from pathlib import Path
 import requests
 
 from bench.bench_prometheus import _free_port
-from bench.measure import process_cpu_s, stop
+from bench.measure import peak_rss_mb, process_cpu_s, stop
 from sim.fleet import SimFleet
 
 INTERVAL_S = 5
@@ -54,13 +54,6 @@ TIMEOUT_S = 3
 SIM_WINDOW_S = 80.0
 KEEPING_UP = 0.95  # a phase with fewer scrapes than this share of the expected ones is flagged
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _scrapes(fleet: SimFleet) -> int:
@@ -87,7 +80,7 @@ def _measure(
         "cpu_ms_per_scrape": round(1000 * cpu / max(scrapes, 1), 3),
         "kept_up": scrapes >= KEEPING_UP * len(fleet.servers) * (t1 - t0) / INTERVAL_S,
         "cores": round(cpu / (t1 - t0), 3),
-        "peak_rss_mb": round(_rss_mb(process.pid)),
+        "peak_rss_mb": round(peak_rss_mb(process.pid)),
     }
 
 

@@ -26,6 +26,15 @@ def process_cpu_s(pid: int | str = "self") -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """A process's peak resident set (VmHWM), MB. Not ``getrusage``'s ru_maxrss: a spawned child's starts
+    at its parent's peak (kept across fork and exec), which is the benchmark's own, not the dashboard's."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def best_s(
     fn: Callable[[], object],
     rounds: int = 3,

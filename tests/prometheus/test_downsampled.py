@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,20 +74,37 @@ def _assert_same_chart(got: FleetChartTotals, full: FleetChartTotals) -> None:
         np.testing.assert_allclose(got.values[name][everyone_up], full.values[name][everyone_up], rtol=1e-9)
 
 
-def test_a_long_range_chart_reads_the_downsampled_recordings_and_draws_the_full_resolution_chart(
+Charts = Callable[[float], tuple[FleetChartTotals, list[str], FleetChartTotals, list[str]]]
+
+
+@pytest.fixture
+def charts(
     golden_engine: Engine,
     golden_servers: tuple[StaticServer, StaticServer],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> None:
+) -> Charts:
+    """Reads of the Fleet chart over the last 40 s (steps of 10 s): with the downsampled recordings at the
+    resolution given, and at full resolution (20 s recordings serve no step under 80 s), each with the
+    queries it sent."""
     labelled, _ = golden_servers
     _wait_for_downsampled(golden_engine, 50.0)
     end = time.time() - 5
     start = end - 40
-    assert aligned_grid(start, end, _POINTS, 1.0).step_s >= 4 * 2.0  # a step the recordings serve
-    down, sent = _chart(_config(golden_engine, labelled, tmp_path, 2.0), start, end, caplog)
-    # 20 s recordings serve no step under 80 s: the same chart from the signals' own recordings.
-    full, full_sent = _chart(_config(golden_engine, labelled, tmp_path, 20.0), start, end, caplog)
+    assert aligned_grid(start, end, _POINTS, 1.0).step_s >= 4 * 2.0  # a step 2 s recordings serve
+
+    def read(downsample_s: float) -> tuple[FleetChartTotals, list[str], FleetChartTotals, list[str]]:
+        got, sent = _chart(_config(golden_engine, labelled, tmp_path, downsample_s), start, end, caplog)
+        full, full_sent = _chart(_config(golden_engine, labelled, tmp_path, 20.0), start, end, caplog)
+        return got, sent, full, full_sent
+
+    return read
+
+
+def test_a_long_range_chart_reads_the_downsampled_recordings_and_draws_the_full_resolution_chart(
+    charts: Charts,
+) -> None:
+    down, sent, full, full_sent = charts(2.0)
     assert len(sent) == 4
     assert all("instance_job:up:min2s" in q for q in sent)
     assert sum("_avg2s" in q for q in sent) == 3
@@ -95,19 +113,9 @@ def test_a_long_range_chart_reads_the_downsampled_recordings_and_draws_the_full_
     _assert_same_chart(down, full)
 
 
-def test_without_the_downsampled_recordings_a_long_range_is_read_at_full_resolution(
-    golden_engine: Engine,
-    golden_servers: tuple[StaticServer, StaticServer],
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    labelled, _ = golden_servers
-    _wait_for_downsampled(golden_engine, 50.0)
-    end = time.time() - 5
-    start = end - 40
+def test_without_the_downsampled_recordings_a_long_range_is_read_at_full_resolution(charts: Charts) -> None:
     # No rule records at 2.5 s: the read finds nothing there and reads the whole range at full resolution.
-    fallback, sent = _chart(_config(golden_engine, labelled, tmp_path, 2.5), start, end, caplog)
-    full, _ = _chart(_config(golden_engine, labelled, tmp_path, 20.0), start, end, caplog)
+    fallback, sent, full, _ = charts(2.5)
     assert any("instance_job:up:min2500ms" in q for q in sent)
     assert sum("min_over_time(up{" in q for q in sent) >= 2, sent
     _assert_same_chart(fallback, full)

@@ -155,6 +155,8 @@ def test_fleet_slo_status_from_recordings_reads_no_raw_increase_and_keeps_its_co
         assert sent
         assert not [q for q in sent if "increase(sglang" in q], sent
         assert any("slo:sli_total:increase" in q for q in sent)
+        # Which targets each deployment holds: the series index read once per SLO, not once per scope.
+        assert len([q for q in sent if q.startswith("series ")]) == len(slos), sent
         for status in statuses:
             assert status.period.total > 0, status.scope
             assert status.covered_s > 0, status.scope
