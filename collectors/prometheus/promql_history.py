@@ -252,16 +252,16 @@ class PrometheusHistory:
         grid, queries = self._grid(start_ts, end_ts, max_points, None)
         said: list[str] = []
         if queries.recorded and downsampled.serves(queries, grid.step_s):
-            # A long range from the downsampled recordings; where they do not reach back to its start (their
-            # rules loaded after the samples began), the instants before their first full step, and that
-            # step, at full resolution.
+            # A long range from the downsampled recordings. Their first step with a sample, and any before
+            # it (their rules loaded after the samples began; the first step of a history), at full
+            # resolution: a recording's window there holds only part of the step (13% off the full-resolution
+            # sum at the start of the bench's week, where every later point was within 1%).
             columns = self._chart_columns(grid, plain, said, live=live, down=True)
             held = np.flatnonzero(~np.isnan(columns["servers"]))
             upto = int(held[0]) if len(held) else grid.points - 1
-            if upto > 0 or not len(held):
-                before = Grid(grid.first_ts, grid.first_ts + upto * grid.step_s, grid.step_s)
-                for name, values in self._chart_columns(before, plain, said, live=live).items():
-                    columns[name][: upto + 1] = values
+            before = Grid(grid.first_ts, grid.first_ts + upto * grid.step_s, grid.step_s)
+            for name, values in self._chart_columns(before, plain, said, live=live).items():
+                columns[name][: upto + 1] = values
         else:
             columns = self._chart_columns(grid, plain, said, live=live)
         self._note_partial(said)
