@@ -10,8 +10,9 @@ span can lie up to one resolution earlier than the grid's), so they serve only s
 resolutions or more, where that shift is under a quarter of a step.
 
 The rules are rendered here (``rule_group``, with the signals' own group by ``export-recording-rules``) and
-read by ``PrometheusHistory.fleet_chart_totals`` with ``prometheus.use_recording_rules``; where they do not
-cover a range (rules loaded later than the samples began) the uncovered part is read at full resolution.
+read by ``PrometheusHistory.fleet_chart_totals`` with ``prometheus.use_recording_rules``. Their first step
+with a sample and any before it (rules loaded later than the samples began; a history's first step) are read
+at full resolution: a recording's window there holds only part of the step.
 """
 
 from __future__ import annotations
