@@ -69,13 +69,11 @@ def serves(queries: SignalQueries, step_s: float) -> bool:
 
 def signal(queries: SignalQueries, name: str, step_s: float) -> str:
     """A signal's average over each step, from its downsampled recording (one series per target)."""
-    record = records(queries)[name]
-    selector = f"{record}{{{queries.narrow}}}" if queries.narrow else record
+    selector = queries.recorded_series(records(queries)[name])
     return f"max by (instance, job) (avg_over_time({selector}[{format_duration(step_s)}]))"
 
 
 def up(queries: SignalQueries, step_s: float) -> str:
     """Each target's ``up`` at its step minimum (1: up the whole step), from the downsampled recording."""
-    record = up_record(queries)
-    selector = f"{record}{{{queries.narrow}}}" if queries.narrow else record
+    selector = queries.recorded_series(up_record(queries))
     return f"min_over_time({selector}[{format_duration(step_s)}])"

@@ -272,10 +272,13 @@ class SignalQueries:
             return {r.signal: self._recorded(r.record) for r in self.recordings()}
         return {r.signal: self.signal(r.signal) for r in self.recordings()}
 
+    def recorded_series(self, record: str) -> str:
+        """A recorded series narrowed to this reader's instances. Recorded series carry only instance and job
+        (the rules already applied the fleet selector), so only the instance narrowing applies."""
+        return f"{record}{{{self.narrow}}}" if self.narrow else record
+
     def _recorded(self, record: str) -> str:
-        # Recorded series carry only instance and job (the rules already applied the fleet selector), so
-        # only the instance narrowing applies here.
-        selector = f"{record}{{{self.narrow}}}" if self.narrow else record
+        selector = self.recorded_series(record)
         if self.gauge_window_s is None:
             return f"max {_BY} ({selector})"
         return f"max {_BY} (avg_over_time({selector}[{format_duration(self.gauge_window_s)}]))"

@@ -129,7 +129,7 @@ class PrometheusSloCounts:
         self._first: dict[tuple[str, str, float], int | None] = {}
         # Each SLO's series index by window (read once for all its scopes, reused as long windows' answers).
         self._index: dict[tuple[str, int], tuple[float, dict[TargetKey, tuple[Scope, ...]]]] = {}
-        self._index_lock = threading.Lock()
+        self._index_locks: dict[tuple[str, int], threading.Lock] = {}  # one read per key at a time
         self._lock = threading.Lock()
         # The queries of one report go out together (a dozen windows, bad and total).
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="specwatch-slo")
@@ -305,7 +305,9 @@ class PrometheusSloCounts:
         deployment asked it again: ~0.3 s of Prometheus a time over a 28-day period at 1,000 servers) and
         reused for ``LONG_WINDOW_REUSE_S``, as the long windows' counts are."""
         key = self._key(slo, window_s)
-        with self._index_lock:
+        with self._lock:
+            reading = self._index_locks.setdefault(key, threading.Lock())
+        with reading:  # a second scope of the same SLO waits for the first's read; other SLOs do not
             cached = self._index.get(key)
             if cached is not None and cached[1] and 0.0 <= at - cached[0] <= LONG_WINDOW_REUSE_S:
                 return cached[1]
