@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
 import pytest
@@ -56,7 +57,7 @@ def test_a_curve_that_keeps_scaling_has_no_knee() -> None:
 
 
 def test_the_curve_models_throughput_from_the_fraction_not_the_counter() -> None:
-    """Each level's throughput is the mean of running × accept ÷ step (modelled), whatever the completion
+    """Each level's throughput is the median of running × accept ÷ step (modelled), whatever the completion
     counter said; levels with fewer than MIN_SAMPLES samples are left out."""
     rows = []
     for running, accept, step_s, n in (
@@ -80,7 +81,30 @@ def test_the_curve_models_throughput_from_the_fraction_not_the_counter() -> None
     assert tuple(curve.columns) == CURVE_COLUMNS
     assert list(curve["concurrency"]) == ["9–16", "17–32"]
     expected = [
-        sum(r * a / (s * (1 + 0.01 * k)) for k in range(MIN_SAMPLES)) / MIN_SAMPLES
+        statistics.median(r * a / (s * (1 + 0.01 * k)) for k in range(MIN_SAMPLES))
         for r, a, s in ((16.0, 2.9, 0.05), (32.0, 2.6, 0.07))
     ]
     assert list(curve["modelled_output_tok_s"]) == pytest.approx(expected)
+
+
+def test_a_level_mixed_with_its_ramp_keeps_the_levels_throughput() -> None:
+    """A bin holds its level and the ramp into it (running 10 → 16 in the 9–16 bin): the curve's point is the
+    level's (running 16 and its throughput), not pulled toward the ramp, so the knee does not move with how
+    much of a ramp a range happened to catch."""
+
+    def row(running: float) -> dict[str, object]:
+        step_s = 0.02 + 0.002 * running  # throughput rises with running, more slowly
+        return {
+            "concurrency": "9–16",
+            "running": running,
+            "accept_length": 2.5,
+            "step_latency_s": step_s,
+            "ttft_s": 0.5,
+            "tpot_s": step_s / 2.5,
+        }
+
+    level = [row(16.0)] * (2 * MIN_SAMPLES)
+    ramp = [row(r) for r in (10.0, 11.0, 12.0, 13.0, 14.0, 15.0)] * (MIN_SAMPLES // 6 + 1)
+    curve = scaling_curve(pd.DataFrame(level + ramp))
+    assert list(curve["running"]) == [16.0]
+    assert curve["modelled_output_tok_s"].iloc[0] == pytest.approx(16.0 * 2.5 / (0.02 + 0.002 * 16.0))
