@@ -459,15 +459,19 @@ def tick(now_ts: float, step_s: float) -> int:
 # Kept as they are (cache_resource): one object per key for every session, never pickled; pages never modify
 # them (they filter, which copies). Keyed by ``tick``: a new entry per interval, the last few kept.
 _PER_INTERVAL: list[Any] = []
+PER_INTERVAL_TTL_S = 120.0
 
 
 def per_interval(func: F) -> F:
-    """``func`` computed once per key for every session, for two minutes at most; what it draws (charts,
-    tiles, banners: no widgets) is recorded and replayed to every other caller of the same key.
+    """``func`` computed once per key for every session, for two minutes at most (PER_INTERVAL_TTL_S); what
+    it draws (charts, tiles, banners: no widgets) is recorded and replayed to every other caller of the key.
 
-    Its key should hold ``tick(now, interval)`` and everything it shows; arguments named ``_x`` are not
+    Its key should hold ``tick(now, interval)`` (or what changes no more often: the Server page's charts hold
+    their window's end) and everything it shows; arguments named ``_x`` are not
     hashed (pass what the key already determines, such as the fleet of that tick, that way)."""
-    cached = st.cache_resource(ttl=120, max_entries=8, show_spinner=False, hash_funcs=BY_READER)(func)
+    cached = st.cache_resource(
+        ttl=PER_INTERVAL_TTL_S, max_entries=8, show_spinner=False, hash_funcs=BY_READER
+    )(func)
     _PER_INTERVAL.append(cached)
     return cached  # type: ignore[return-value]
 

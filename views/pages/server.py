@@ -15,7 +15,7 @@ from analysis.fraction import measured_tok_s_per_request
 from views import blocks, chart_style, data, energy, formatting, links, refresh, time_charts
 from views import probes as probe_views
 from views.fleet_frames import STATUS_UP
-from views.page_context import MAX_POINTS_PER_SERIES, PageContext
+from views.page_context import MAX_POINTS_PER_SERIES, PageContext, TimeWindow
 
 
 def render(ctx: PageContext) -> None:
@@ -50,32 +50,46 @@ def _live(ctx: PageContext, target: str) -> None:
             return
         row = rows.iloc[0]
         _header(ctx, row)
-        tick = data.tick(now_ts, ctx.interval_s)
-        _history(ctx.reads, tick, target, ctx.range_key, str(row["recipe"]), board, ctx)
+        # The charts are drawn once per window (ctx.window: its end moves by one chart step, 58 s at 24 h and
+        # 6.7 min at 7 d), not once per interval: the samples they draw are read per window, so between two
+        # steps a redraw is the same picture. A new alert transition of this server redraws them at once.
+        window = ctx.window()
+        if _history(ctx.reads, window.end_ts, target, ctx.range_key, _transitions(board, target), board, ctx):
+            _recipe(ctx, str(row["recipe"]))
+            probe_views.server_block(ctx, target)
+
+
+def _transitions(board: data.AlertBoard | None, target: str) -> tuple[tuple[object, ...], ...]:
+    """This server's alert transitions on the board (what its charts mark), as a cache key."""
+    if board is None or board.transitions.empty:
+        return ()
+    mine = board.transitions[board.transitions["target"] == target]
+    return tuple(mine[["time", "rule", "kind"]].itertuples(index=False, name=None))
 
 
 @data.per_interval
 def _history(
     reads: data.StoreReader,
-    tick: int,
+    window_end_ts: float,
     target: str,
     range_key: str,
-    recipe_id: str,
-    _board: data.AlertBoard | None,  # that interval's (data.fleet_now)
+    transitions: tuple[tuple[object, ...], ...],
+    _board: data.AlertBoard | None,  # the interval's (data.fleet_now), whose transitions are in the key
     _ctx: PageContext,
-) -> None:
-    """The server's charts, recipe, probes and events, drawn once per interval for every session showing
-    this server and range, and replayed to the others (9 Altair charts: most of a rerun's CPU)."""
-    del tick, range_key  # the key, with the reader and the target; the window follows from them
+) -> bool:
+    """The server's charts and events, drawn once per window and alert transition for every session showing
+    this server and range, and replayed to the others (9 Altair charts: most of a rerun's CPU). False when
+    the window holds no sample of it."""
+    del range_key, transitions  # the key, with the reader, the window's end and the target
     ctx = _ctx
-    window = ctx.window()
+    window = TimeWindow(window_end_ts - ctx.range_s, window_end_ts)
     history = data.samples(reads, window.start_ts, window.end_ts, (target,), MAX_POINTS_PER_SERIES)
     if history.empty:
         st.info(
             f"No history for **{formatting.plain(target)}** in the last {ctx.range_label}.",
             icon=":material/schedule:",
         )
-        return
+        return False
     history = history.assign(
         step_latency_ms=history["step_latency_s"] * 1000.0,
         tpot_ms=history["tpot_s"] * 1000.0,
@@ -84,8 +98,6 @@ def _history(
     markers = _markers(ctx, target, window.start_ts, window.end_ts, _board)
     _charts(history, markers)
     energy.server_charts(history, markers)
-    _recipe(ctx, recipe_id)
-    probe_views.server_block(ctx, target)
     if not markers.empty:
         with st.expander(f"{len(markers)} event(s) in the last {ctx.range_label}"):
             st.dataframe(
@@ -94,6 +106,7 @@ def _history(
                 placeholder=formatting.DASH,
                 width="stretch",
             )
+    return True
 
 
 def _header(ctx: PageContext, row: pd.Series) -> None:
