@@ -18,7 +18,8 @@ result cache: a restarted dashboard). ``interval_cpu_s`` is the CPU per interval
 intervals: "live" at the share of them where the window steps (``window_step_share``), "steady" at the
 rest. Per render: wall and CPU seconds of the dashboard process, the engine's CPU (/proc; net of its CPU
 with no page reading, measured for 30 s first: its live scrapes and rules), the PromQL queries sent and
-the answer bytes read, and the bytes sent to the browser. Ratios: each engine's cold time over the embedded store's, same page and range, same run.
+the answer bytes read, and the bytes sent to the browser. Ratios: each engine's cold time over the
+embedded store's, same page and range, same run.
 
 Knobs (environment): SPECWATCH_BENCH_PROM_DATA (/tmp/specwatch-bench-prom: kept data, extended to now on
 the next run), SPECWATCH_BENCH_PROM_SERVERS (1000), SPECWATCH_BENCH_PROM_PAGES (fleet,server,context,

@@ -467,8 +467,8 @@ def per_interval(func: F) -> F:
     it draws (charts, tiles, banners: no widgets) is recorded and replayed to every other caller of the key.
 
     Its key should hold ``tick(now, interval)`` (or what changes no more often: the Server page's charts hold
-    their window's end) and everything it shows; arguments named ``_x`` are not
-    hashed (pass what the key already determines, such as the fleet of that tick, that way)."""
+    their window's end) and everything it shows; arguments named ``_x`` are not hashed (pass what the key
+    already determines, such as the fleet of that tick, that way)."""
     cached = st.cache_resource(
         ttl=PER_INTERVAL_TTL_S, max_entries=8, show_spinner=False, hash_funcs=BY_READER
     )(func)
