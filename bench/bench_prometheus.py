@@ -308,8 +308,8 @@ def _steady_interval(at: Any, landed: Callable[[], None], range_s: float, interv
             last_tick, last_end = where()
         elif now_tick != last_tick:
             return
-        else:
-            time.sleep(0.2)
+        else:  # the same interval: land the next scrape in the next one (the embedded one lands at once)
+            time.sleep(max(0.05, (now_tick + 1) * interval_s - time.time()))
 
 
 def _backend_cases(
