@@ -50,12 +50,17 @@ CHART_FACTS = """() => [...document.querySelectorAll('[data-testid="stVegaLiteCh
 # The page shows what the checks below look for: a chart or a sentence, and every chart has drawn its marks (a
 # wait on the drawing itself, not a fixed pause; a page that never does is still failed by them, after
 # DRAW_TIMEOUT_MS).
-SHOWN = """() => {
-    const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
+SHOWN = f"""() => {{
+    const charts = ({CHART_FACTS})();
     const sentences = document.querySelectorAll('[data-testid="stAlertContentInfo"]').length;
-    return (charts.length > 0 || sentences > 0) && charts.every(
-        c => c.querySelectorAll('g.role-mark path, g.role-mark line, g.role-mark rect').length > 0);
-}"""
+    return (charts.length > 0 || sentences > 0) && charts.every(c => c.marks > 0);
+}}"""
+# The chart facts taken in one tick in which every chart has drawn. A live panel reruns every interval and
+# Vega redraws a chart whose data moved, so facts read a moment after SHOWN could catch a chart mid-redraw.
+FACTS_WHEN_DRAWN = f"""() => {{
+    const charts = ({CHART_FACTS})();
+    return charts.every(c => c.marks > 0) ? charts : null;
+}}"""
 DRAW_TIMEOUT_MS = 20_000
 
 pytestmark = BROWSER_MARKS
@@ -127,6 +132,14 @@ def test_every_page_at_every_range_draws_or_says_why(dashboard: tuple[str, Path]
         with contextlib.suppress(PlaywrightTimeout):
             page.wait_for_function(SHOWN, timeout=DRAW_TIMEOUT_MS, polling=100)
 
+    def drawn_chart_facts(page: Page) -> list[dict[str, object]]:
+        """The charts' facts once every one has drawn (one still blank after DRAW_TIMEOUT_MS is failed)."""
+        try:
+            drawn = page.wait_for_function(FACTS_WHEN_DRAWN, timeout=DRAW_TIMEOUT_MS, polling=100)
+        except PlaywrightTimeout:
+            return list(page.evaluate(CHART_FACTS))
+        return list(drawn.json_value())
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -157,7 +170,7 @@ def test_every_page_at_every_range_draws_or_says_why(dashboard: tuple[str, Path]
                         page.screenshot(path=str(SCREENSHOTS / f"{spec.url_path}.png"), full_page=True)
                     exceptions = page.locator('[data-testid="stException"]')
                     assert exceptions.count() == 0, f"{where}: {exceptions.first.inner_text()}"
-                    charts = page.evaluate(CHART_FACTS)
+                    charts = drawn_chart_facts(page)
                     sentences = page.locator('[data-testid="stAlertContentInfo"]').count()
                     assert charts or sentences, f"{where}: neither a chart nor a sentence"
                     for i, chart in enumerate(charts):
