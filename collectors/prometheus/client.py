@@ -9,9 +9,7 @@ error words; what Prometheus answered (its status, its JSON) is read here.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 import os
 import threading
 import time
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 from yarl import URL
 
 from collectors.errors import QueryError
@@ -27,6 +26,8 @@ from collectors.http.exchange import exchange, read_body
 from collectors.http.failures import What
 from collectors.http.loop import HTTP_LOOP
 from collectors.prometheus.matrix import RangeSeries, decode_matrix
+from collectors.prometheus.naming import TargetKey
+from collectors.prometheus.vector import decode_vector, finite, vector_by_target
 from collectors.secrets import Redactor, safe_url, url_secrets
 from config.settings import PrometheusSettings
 
@@ -76,14 +77,6 @@ class InstantSample:
     labels: Mapping[str, str]
     value: float | None
     ts: float
-
-
-def _finite(text: object) -> float | None:
-    try:
-        value = float(str(text))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _quote(text: str) -> str:
@@ -169,24 +162,52 @@ class PromClient:
         samples; the server's warnings (quoted, credentials redacted) are appended to ``warnings`` when given,
         so callers can treat what is missing as unknown rather than gone.
         """
-        params: dict[str, str] = {"query": expr, "timeout": self._timeout_param}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        data = self._call("query", params, expr, warnings)
+        data = self._call("query", self._instant_params(expr, at), expr, warnings)
         result_type, result = data.get("resultType"), data.get("result")
         try:
             if result_type == "vector" and isinstance(result, list):
                 return [
                     InstantSample(
-                        dict(item.get("metric", {})), _finite(item["value"][1]), float(item["value"][0])
+                        dict(item.get("metric", {})), finite(item["value"][1]), float(item["value"][0])
                     )
                     for item in result
                 ]
             if result_type == "scalar" and isinstance(result, list):
-                return [InstantSample({}, _finite(result[1]), float(result[0]))]
+                return [InstantSample({}, finite(result[1]), float(result[0]))]
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise self._malformed(expr, f"a vector entry is malformed ({exc!r})") from exc
         raise self._malformed(expr, f"expected an instant vector, got resultType {result_type!r}")
+
+    def query_by_target(
+        self, expr: str, *, at: float | None = None, warnings: list[str] | None = None
+    ) -> dict[TargetKey, float | None]:
+        """``query``'s answer as each series' (instance, job) → value, the last series of a key winning: what
+        the source's cycle reads, ~28 answers of 1,000 series every interval, with no object per series for
+        the garbage collector to track (``vector.py``)."""
+        status, content_type, body = self._exchange("query", self._instant_params(expr, at), expr)
+        vector = decode_vector(body) if status < 300 else None
+        if vector is not None and vector.envelope.get("status") == "success":
+            # The lean read (collectors/prometheus/vector.py): the same answer as the parsed one below.
+            data, said = self._checked(status, content_type, body, expr, vector.envelope)
+            self._warn(said, warnings)
+            if data.get("resultType") == "vector":
+                return vector.by_target
+        data, said = self._checked(status, content_type, body, expr)
+        self._warn(said, warnings)
+        result = data.get("result")
+        if data.get("resultType") != "vector" or not isinstance(result, list):
+            found = data.get("resultType")
+            raise self._malformed(expr, f"expected an instant vector, got resultType {found!r}")
+        try:
+            return vector_by_target(result)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self._malformed(expr, f"a vector entry is malformed ({exc!r})") from exc
+
+    def _instant_params(self, expr: str, at: float | None) -> dict[str, str]:
+        params = {"query": expr, "timeout": self._timeout_param}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return params
 
     def query_range(
         self,
@@ -362,8 +383,8 @@ class PromClient:
         payload: Any = envelope
         if payload is None:
             try:
-                payload = json.loads(body)
-            except (ValueError, UnicodeDecodeError):
+                payload = orjson.loads(body)  # 1.4–1.5× the speed of json.loads on a cycle's answers
+            except orjson.JSONDecodeError:  # a ValueError: not JSON, or not UTF-8
                 payload = None
         if not isinstance(payload, dict):
             snippet = _quote(body[:200].decode("utf-8", "replace")) or "an empty body"

@@ -7,11 +7,13 @@ the server is reachable, otherwise from labels added with SGLang's ``--extra-met
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from collectors.derive import apply_plain_decoding, apply_server_gpus, spec_enabled
 from collectors.errors import QueryError
@@ -27,6 +29,12 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_LOOKBACK_S = 3600.0  # a target silent for longer leaves the fleet (unless `up` still lists it)
 _DISCOVERY_REFRESH_S = 60.0
+# Every label of every target's series (its recipe flags and deployment as labels) is a quarter of a cycle's
+# bytes at 1,000 servers, and they change only when a target's process or scrape config does. They are read
+# once a minute, and at once in a cycle that meets a new target or sees a target's count of series over the
+# rate window change (new labels make a new series beside the one gone stale; a restart alone does not).
+LABELS_REFRESH_S = 60.0
+T = TypeVar("T")
 _HEALTH_RELOG_S = 300.0
 
 
@@ -39,7 +47,7 @@ class _Answers:
     present: set[TargetKey] = field(default_factory=set)
     scrape_duration_s: dict[TargetKey, float | None] = field(default_factory=dict)
     resets: dict[TargetKey, float | None] = field(default_factory=dict)
-    labels: dict[TargetKey, dict[str, str]] = field(default_factory=dict)
+    labels: Mapping[TargetKey, Mapping[str, str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what makes this answer partial, in words
     # False when the answer cannot prove a target gone: `present` or `up` came back partial, or `up` failed.
@@ -91,6 +99,9 @@ class PrometheusSource:
         self._cycle_lock = threading.Lock()
         self._known: set[TargetKey] = set()
         self._known_refreshed_at = float("-inf")
+        self._labels: dict[TargetKey, dict[str, str]] = {}
+        self._labels_read_at = float("-inf")
+        self._series_counts: dict[TargetKey, float | None] = {}
         self._was_up: dict[TargetKey, bool] = {}
         self._resets: dict[TargetKey, float] = {}
         self._names: dict[TargetKey, str] = {}
@@ -233,19 +244,26 @@ class PrometheusSource:
         jobs: dict[str, str] = {"present": q.present(), "up": q.up()}
         jobs.update({f"signal:{name}": expr for name, expr in (self._recorded or q).signals().items()})
         jobs.update(scrape=q.scrape_duration_s(), resets=q.restarts())
-        jobs["labels"] = q.labelled()
         if now - self._known_refreshed_at >= _DISCOVERY_REFRESH_S:
             jobs["known"] = q.seen_within(DISCOVERY_LOOKBACK_S)
-        said: dict[str, list[str]] = {name: [] for name in jobs}  # each query's partial-answer warnings
+        jobs["series"] = q.seen_within(q.rate_window_s)  # grows for a window when a target's labels change
+        said: dict[str, list[str]] = {name: [] for name in (*jobs, "labels")}  # partial-answer warnings
+        due = now - self._labels_read_at >= LABELS_REFRESH_S
+        labels = self._submit_labels(now, said["labels"]) if due else None
         futures = {
-            name: self._pool.submit(self.client.query, expr, at=now, warnings=said[name])
+            name: self._pool.submit(self.client.query_by_target, expr, at=now, warnings=said[name])
             for name, expr in jobs.items()
         }
-        results: dict[str, list[InstantSample]] = {}
+        results: dict[str, dict[TargetKey, float | None]] = {}
         failures: dict[str, QueryError] = {}
         self._await(futures, results, failures)
         if self._recorded is not None and results.get("present"):
             self._read_unrecorded(now, results, failures, said)
+        moved = self._labels_moved(results)
+        if labels is None and moved:
+            labels = self._submit_labels(now, said["labels"])  # in time for this cycle's snapshots
+        if labels is not None:
+            self._take_labels(labels, now, failures)
         answers = _Answers()
         answers.complete = not said["present"] and not said["up"] and "up" not in failures
         for name, failure in failures.items():
@@ -255,10 +273,10 @@ class PrometheusSource:
         for name, texts in said.items():
             for text in texts:
                 queries_by_text.setdefault(text, []).append(name)
+        asked = len(jobs) + (labels is not None)
         for text, names in queries_by_text.items():
-            answers.warnings.append(f"{text} (in the answer to {len(names)} of {len(jobs)} queries)")
-        for name, samples in results.items():
-            by_key = {TargetKey.of(s.labels): s.value for s in samples}
+            answers.warnings.append(f"{text} (in the answer to {len(names)} of {asked} queries)")
+        for name, by_key in results.items():
             if name.startswith("signal:"):
                 answers.signals[name.removeprefix("signal:")] = by_key
             elif name == "up":
@@ -269,18 +287,47 @@ class PrometheusSource:
                 answers.scrape_duration_s = by_key
             elif name == "resets":
                 answers.resets = by_key
-            elif name == "labels":
-                for sample in samples:
-                    answers.labels.setdefault(TargetKey.of(sample.labels), dict(sample.labels))
             elif name == "known":
                 self._known = set(by_key)
                 self._known_refreshed_at = now
+        answers.labels = self._labels
         return answers
+
+    def _labels_moved(self, results: Mapping[str, Mapping[TargetKey, float | None]]) -> bool:
+        """A target new to the labels read, or a target's series counted over the rate window changed."""
+        counts = results.get("series")
+        before, self._series_counts = self._series_counts, dict(counts or {})
+        if set(results.get("present", {})) - self._labels.keys():
+            return True
+        return counts is not None and any(counts.get(key, n) != n for key, n in before.items())
+
+    def _submit_labels(self, now: float, warnings: list[str]) -> Future[list[InstantSample]]:
+        # Each series' sample time: VictoriaMetrics still answers a series gone stale (a target's old labels)
+        # for minutes after a restart, and the newest series of a target is the one it serves now.
+        expr = f"timestamp({self.queries.labelled()})"
+        return self._pool.submit(self.client.query, expr, at=now, warnings=warnings)
+
+    def _take_labels(
+        self, future: Future[list[InstantSample]], now: float, failures: dict[str, QueryError]
+    ) -> None:
+        """Keep each target's series labels from ``future`` (its newest series), in place of the last read; a
+        failed read keeps the last and is said like any failed query."""
+        answered: dict[str, list[InstantSample]] = {}
+        self._await({"labels": future}, answered, failures)
+        if "labels" not in answered:
+            return
+        labels: dict[TargetKey, dict[str, str]] = {}
+        newest: dict[TargetKey, float] = {}
+        for sample in answered["labels"]:
+            key, at = TargetKey.of(sample.labels), sample.value if sample.value is not None else -math.inf
+            if key not in labels or at > newest[key]:
+                labels[key], newest[key] = dict(sample.labels), at
+        self._labels, self._labels_read_at = labels, now
 
     def _await(
         self,
-        futures: Mapping[str, Future[list[InstantSample]]],
-        results: dict[str, list[InstantSample]],
+        futures: Mapping[str, Future[T]],
+        results: dict[str, T],
         failures: dict[str, QueryError],
     ) -> None:
         for name, future in futures.items():
@@ -296,7 +343,7 @@ class PrometheusSource:
     def _read_unrecorded(
         self,
         now: float,
-        results: dict[str, list[InstantSample]],
+        results: dict[str, dict[TargetKey, float | None]],
         failures: dict[str, QueryError],
         said: dict[str, list[str]],
     ) -> None:
@@ -319,7 +366,7 @@ class PrometheusSource:
         raw = self.queries.signals()
         futures = {
             f"signal:{name}": self._pool.submit(
-                self.client.query, raw[name], at=now, warnings=said[f"signal:{name}"]
+                self.client.query_by_target, raw[name], at=now, warnings=said[f"signal:{name}"]
             )
             for name in names
         }

@@ -1,0 +1,108 @@
+"""Instant answers (``resultType: vector``) read as (instance, job) → value, what the source's cycle needs.
+
+A cycle reads ~28 of them every interval, one series per target each (1,000 targets: ~2.3 MB). Parsed whole,
+every series is a dict and a list the garbage collector tracks, ~3,000 per answer alive at once, and its
+key one more: in a dashboard's heap that promoted enough of them to the oldest generation to set off a full
+collection most cycles (0.13–0.15 s each in a 1,000-server bench process, half the cycle's CPU). Here each
+series' labels alone are parsed (a dict of strings, which the collector does not track), its key is the
+process's one key of that target (``target_key``), and its value is cut out of the body as bytes, as
+``matrix.py`` does for range answers and for the same reason it is safe: JSON escapes every quote inside a
+string, so ``{"metric":`` and ``,"value":[`` occur only as structure. Anything unexpected returns None and
+the caller parses the whole body instead: same answer, more garbage (``bench/bench_source_cycle.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from collectors.prometheus.naming import TargetKey
+
+_RESULT = b'"result":['
+_SERIES = b'{"metric":'
+_VALUE = b',"value":['
+_END = b"]}"
+
+
+# One key object per target for the process: a cycle's ~28,000 keys are then the same few thousand objects
+# cycle after cycle, not new ones the collector tracks (a NamedTuple, unlike a plain tuple of strings, stays
+# tracked for good). Cleared past a bound, for a fleet whose targets keep changing names.
+_KEYS: dict[tuple[str, str], TargetKey] = {}
+_KEYS_KEPT = 100_000
+
+
+def target_key(instance: str, job: str) -> TargetKey:
+    """The process's one ``TargetKey`` of (instance, job)."""
+    pair = (instance, job)
+    key = _KEYS.get(pair)
+    if key is None:
+        if len(_KEYS) >= _KEYS_KEPT:
+            _KEYS.clear()
+        key = _KEYS[pair] = TargetKey(instance, job)
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class Vector:
+    """A decoded instant answer: the envelope without its result, and each target's value (None: unknown)."""
+
+    envelope: dict[str, Any]
+    by_target: dict[TargetKey, float | None]
+
+
+def finite(text: object) -> float | None:
+    """A sample value as Prometheus writes it (a string), None for NaN and ±Inf (unknown, never zero)."""
+    try:
+        value = float(text.decode() if isinstance(text, bytes) else str(text))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def vector_by_target(result: list[Any]) -> dict[TargetKey, float | None]:
+    """A parsed vector's ``result`` as (instance, job) → value, the last series of a key winning; raises
+    KeyError, TypeError, ... on an entry not shaped as Prometheus writes one."""
+    by_key: dict[TargetKey, float | None] = {}
+    for item in result:
+        metric = item.get("metric") or {}
+        by_key[target_key(metric.get("instance", ""), metric.get("job", ""))] = finite(item["value"][1])
+    return by_key
+
+
+def decode_vector(body: bytes) -> Vector | None:
+    """The vector in ``body`` by target (as ``vector_by_target``), or None when it is not laid out as
+    Prometheus and VictoriaMetrics write it."""
+    start = body.find(_RESULT)
+    if start < 0:
+        return None
+    start += len(_RESULT)
+    by_key: dict[TargetKey, float | None] = {}
+    at = start
+    while body.startswith(_SERIES, at):
+        split = body.find(_VALUE, at)
+        end = body.find(_END, split)
+        if split < 0 or end < 0:
+            return None
+        try:
+            metric = orjson.loads(body[at + len(_SERIES) : split])
+        except orjson.JSONDecodeError:
+            return None
+        pair = body[split + len(_VALUE) : end].split(b",")
+        if not isinstance(metric, dict) or len(pair) != 2 or not pair[1].startswith(b'"'):
+            return None
+        by_key[target_key(metric.get("instance", ""), metric.get("job", ""))] = finite(pair[1].strip(b'"'))
+        at = end + len(_END)
+        if body.startswith(b",", at):
+            at += 1
+    if not body.startswith(b"]", at):
+        return None
+    try:
+        envelope = orjson.loads(body[:start] + body[at:])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envelope, dict):
+        return None
+    return Vector(envelope, by_key)

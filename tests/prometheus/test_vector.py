@@ -1,0 +1,109 @@
+"""The cycle's lean read of an instant answer (``collectors/prometheus/vector.py``) gives what parsing the
+whole answer gives, whatever the labels and values; anything not laid out as the engines write it is left to
+the whole parse; and it leaves the garbage collector nothing per series to track, which is what it is for."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors.prometheus.naming import TargetKey
+from collectors.prometheus.vector import decode_vector, vector_by_target
+
+
+def _body(result: list[dict[str, object]], *, spaced: bool = False, **extra: object) -> bytes:
+    payload = {"status": "success", "data": {"resultType": "vector", "result": result}, **extra}
+    return json.dumps(payload, separators=(", ", ": ") if spaced else (",", ":")).encode()
+
+
+def _answer(series: list[tuple[dict[str, str], str]]) -> list[dict[str, object]]:
+    return [{"metric": labels, "value": [1_800_000_000.123, value]} for labels, value in series]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(
+                st.sampled_from(["instance", "job", "le", "x"]), st.text(max_size=12), max_size=3
+            ),
+            st.one_of(
+                st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                st.sampled_from(["NaN", "+Inf", "-Inf", "1e+308", "-0"]),
+            ),
+        ),
+        max_size=6,
+    )
+)
+def test_the_lean_read_equals_the_whole_parse_whatever_the_labels_and_values(
+    series: list[tuple[dict[str, str], str]],
+) -> None:
+    body = _body(_answer(series))
+    vector = decode_vector(body)
+    assert vector is not None
+    assert vector.envelope["data"]["resultType"] == "vector"
+    assert vector.by_target == vector_by_target(json.loads(body)["data"]["result"])
+
+
+def test_label_values_that_look_like_structure_and_warnings_survive_the_lean_read() -> None:
+    tricky = {"instance": 'a"},"value":[1,"2"]},{"metric":{', "job": ']}"value'}
+    body = _body(
+        _answer([(tricky, "3.5"), ({"instance": "b:1", "job": "j"}, "NaN")]), warnings=["store down"]
+    )
+    vector = decode_vector(body)
+    assert vector is not None
+    assert vector.by_target == {
+        TargetKey(tricky["instance"], tricky["job"]): 3.5,
+        TargetKey("b:1", "j"): None,
+    }
+    assert vector.envelope["warnings"] == ["store down"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"status":"success","data":{"resultType":"scalar","result":[1,"2"]}}',
+        b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,2]}]}}',
+        b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"2","3"]}]}}',
+        b'{"status":"success","data":{"resultType":"vector","result":[{"metric":[],"value":[1,"2"]}]}}',
+        b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"2"]}',
+        _body(_answer([({"instance": "a"}, "1")]), spaced=True),  # another layout
+        b"<html>not json</html>",
+    ],
+)
+def test_anything_else_is_left_to_the_whole_parse(body: bytes) -> None:
+    assert decode_vector(body) is None
+
+
+def test_an_empty_answer_is_no_target() -> None:
+    vector = decode_vector(_body([]))
+    assert vector is not None
+    assert vector.by_target == {}
+
+
+def test_the_lean_read_leaves_the_collector_nothing_per_series() -> None:
+    body = _body(_answer([({"instance": f"s{i}:30000", "job": "sglang"}, "0.5") for i in range(3000)]))
+    first = decode_vector(body)  # the fleet's keys: made once for the process
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects(generation=0))
+        kept = decode_vector(body)
+        lean = len(gc.get_objects(generation=0)) - before
+        before = len(gc.get_objects(generation=0))
+        parsed = json.loads(body)
+        whole = len(gc.get_objects(generation=0)) - before
+    finally:
+        gc.enable()
+    assert first is not None
+    assert kept is not None
+    assert len(kept.by_target) == len(parsed["data"]["result"]) == 3000
+    assert all(a is b for a, b in zip(first.by_target, kept.by_target, strict=True))  # the same keys
+    # What the collector tracks of a cycle's answer: a few objects in all, where the whole parse leaves a
+    # dict and a list per series that every collection walks (and promotes, until a full one runs).
+    assert lean < 10
+    assert whole >= 2 * 3000
