@@ -51,18 +51,22 @@ class Matrix:
     values: list[npt.NDArray[np.float64]]
 
 
-def decode_matrix(body: bytes) -> Matrix | None:
-    """The matrix in ``body``, or None when it is not laid out as Prometheus and VictoriaMetrics write it."""
+def cut_series(
+    body: bytes, opening: bytes, closing: bytes
+) -> tuple[dict[str, Any], list[Any], list[bytes]] | None:
+    """An answer's envelope (without its result), each series' labels (parsed) and the bytes between
+    ``opening`` and ``closing`` after them (its points or value, unparsed); None when the answer is not laid
+    out as Prometheus and VictoriaMetrics write it. Shared by range and instant answers."""
     start = body.find(_RESULT)
     if start < 0:
         return None
     start += len(_RESULT)
-    labels: list[Mapping[str, str]] = []
-    points: list[bytes] = []
+    labels: list[Any] = []
+    raw: list[bytes] = []
     at = start
     while body.startswith(_SERIES, at):
-        split = body.find(_VALUES, at)
-        end = body.find(_END, split)
+        split = body.find(opening, at)
+        end = body.find(closing, split)
         if split < 0 or end < 0:
             return None
         try:
@@ -72,8 +76,8 @@ def decode_matrix(body: bytes) -> Matrix | None:
         if not isinstance(metric, dict):
             return None
         labels.append(metric)
-        points.append(body[split + len(_VALUES) : end])
-        at = end + len(_END)
+        raw.append(body[split + len(opening) : end])
+        at = end + len(closing)
         if body.startswith(b",", at):
             at += 1
     if not body.startswith(b"]", at):
@@ -84,6 +88,15 @@ def decode_matrix(body: bytes) -> Matrix | None:
         return None
     if not isinstance(envelope, dict):
         return None
+    return envelope, labels, raw
+
+
+def decode_matrix(body: bytes) -> Matrix | None:
+    """The matrix in ``body``, or None when it is not laid out as Prometheus and VictoriaMetrics write it."""
+    cut = cut_series(body, _VALUES, _END)
+    if cut is None:
+        return None
+    envelope, labels, points = cut
     parsed = _numbers(points)
     if parsed is None:
         return None

@@ -17,12 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from collectors.prometheus.matrix import cut_series
 from collectors.prometheus.naming import TargetKey
 
-_RESULT = b'"result":['
-_SERIES = b'{"metric":'
 _VALUE = b',"value":['
 _END = b"]}"
 
@@ -75,34 +72,14 @@ def vector_by_target(result: list[Any]) -> dict[TargetKey, float | None]:
 def decode_vector(body: bytes) -> Vector | None:
     """The vector in ``body`` by target (as ``vector_by_target``), or None when it is not laid out as
     Prometheus and VictoriaMetrics write it."""
-    start = body.find(_RESULT)
-    if start < 0:
+    cut = cut_series(body, _VALUE, _END)
+    if cut is None:
         return None
-    start += len(_RESULT)
+    envelope, labels, values = cut
     by_key: dict[TargetKey, float | None] = {}
-    at = start
-    while body.startswith(_SERIES, at):
-        split = body.find(_VALUE, at)
-        end = body.find(_END, split)
-        if split < 0 or end < 0:
-            return None
-        try:
-            metric = orjson.loads(body[at + len(_SERIES) : split])
-        except orjson.JSONDecodeError:
-            return None
-        pair = body[split + len(_VALUE) : end].split(b",")
-        if not isinstance(metric, dict) or len(pair) != 2 or not pair[1].startswith(b'"'):
+    for metric, value in zip(labels, values, strict=True):
+        pair = value.split(b",")
+        if len(pair) != 2 or not pair[1].startswith(b'"'):
             return None
         by_key[target_key(metric.get("instance", ""), metric.get("job", ""))] = finite(pair[1].strip(b'"'))
-        at = end + len(_END)
-        if body.startswith(b",", at):
-            at += 1
-    if not body.startswith(b"]", at):
-        return None
-    try:
-        envelope = orjson.loads(body[:start] + body[at:])
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(envelope, dict):
-        return None
     return Vector(envelope, by_key)
