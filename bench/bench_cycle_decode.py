@@ -10,6 +10,8 @@ promoted to the oldest generation decides how often one runs):
 - ``json_samples``: the path before (``json.loads``, an ``InstantSample`` with a copy of its labels per
   series, then a dict keyed by target) — the baseline;
 - ``orjson_parsed``: ``orjson.loads`` of the whole answer, then ``vector_by_target`` (the fallback);
+- ``per_series``: ``decode_vector`` with its one-pass read of ``by (instance, job)`` answers switched off:
+  each series' labels parsed on their own (the lean read before the one pass);
 - ``lean``: ``decode_vector``, the client's path (``collectors/prometheus/vector.py``).
 
 Each path's CPU per cycle is the median of ``CYCLES`` cycles' mean, GC included, and the full collections
@@ -22,9 +24,12 @@ import gc
 import json
 import time
 from collections.abc import Callable
+from typing import Any
+from unittest import mock
 
 import orjson
 
+from collectors.prometheus import vector
 from collectors.prometheus.client import InstantSample
 from collectors.prometheus.naming import TargetKey
 from collectors.prometheus.vector import decode_vector, finite, vector_by_target
@@ -68,6 +73,10 @@ def _lean(body: bytes) -> dict[TargetKey, float | None]:
     return vector.by_target
 
 
+def _one_pass_off() -> mock._patch[Any]:
+    return mock.patch.object(vector, "_decode_by_instance_job", return_value=None)
+
+
 def _cycles(
     decode: Callable[[bytes], dict[TargetKey, float | None]], bodies: list[bytes]
 ) -> dict[str, float]:
@@ -100,9 +109,17 @@ def main() -> dict[str, object]:
     for decode in (_orjson_parsed, _lean):
         if decode(bodies[0]) != expected:
             raise AssertionError(f"{decode.__name__} answers otherwise than json")
+    with _one_pass_off():
+        if _lean(bodies[0]) != expected:
+            raise AssertionError("the per-series read answers otherwise than json")
     heap = [{"kept": [i]} for i in range(HEAP_OBJECTS // 2)]  # tracked: a dict and a list each
-    paths = {"json_samples": _json_samples, "orjson_parsed": _orjson_parsed, "lean": _lean}
-    per_cycle = {name: _cycles(decode, bodies) for name, decode in paths.items()}
+    per_cycle = {
+        "json_samples": _cycles(_json_samples, bodies),
+        "orjson_parsed": _cycles(_orjson_parsed, bodies),
+    }
+    with _one_pass_off():
+        per_cycle["per_series"] = _cycles(_lean, bodies)
+    per_cycle["lean"] = _cycles(_lean, bodies)
     del heap
     baseline = per_cycle["json_samples"]["cpu_ms"]
     return {

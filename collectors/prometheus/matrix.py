@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-_RESULT = b'"result":['
-_SERIES = b'{"metric":'
+RESULT = b'"result":['
+SERIES = b'{"metric":'
 _VALUES = b',"values":[['
 _END = b"]]}"
 # What a points list may hold once brackets and quotes are gone: numbers, NaN, ±Inf and the commas.
@@ -57,20 +57,20 @@ def cut_series(
     """An answer's envelope (without its result), each series' labels (parsed) and the bytes between
     ``opening`` and ``closing`` after them (its points or value, unparsed); None when the answer is not laid
     out as Prometheus and VictoriaMetrics write it. Shared by range and instant answers."""
-    start = body.find(_RESULT)
+    start = body.find(RESULT)
     if start < 0:
         return None
-    start += len(_RESULT)
+    start += len(RESULT)
     labels: list[Any] = []
     raw: list[bytes] = []
     at = start
-    while body.startswith(_SERIES, at):
+    while body.startswith(SERIES, at):
         split = body.find(opening, at)
         end = body.find(closing, split)
         if split < 0 or end < 0:
             return None
         try:
-            metric = orjson.loads(body[at + len(_SERIES) : split])
+            metric = orjson.loads(body[at + len(SERIES) : split])
         except ValueError:
             return None
         if not isinstance(metric, dict):

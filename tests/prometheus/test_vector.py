@@ -11,13 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collectors.prometheus import matrix
+from collectors.prometheus import vector as vector_module
 from collectors.prometheus.naming import TargetKey
 from collectors.prometheus.vector import decode_vector, vector_by_target
 
 
-def _body(result: list[dict[str, object]], *, spaced: bool = False, **extra: object) -> bytes:
+def _body(
+    result: list[dict[str, object]], *, spaced: bool = False, sort_keys: bool = True, **extra: object
+) -> bytes:
+    """An answer as the engines write it: labels in name order, no space (unless told otherwise)."""
     payload = {"status": "success", "data": {"resultType": "vector", "result": result}, **extra}
-    return json.dumps(payload, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    separators = (", ", ": ") if spaced else (",", ":")
+    return json.dumps(payload, separators=separators, sort_keys=sort_keys, ensure_ascii=False).encode()
 
 
 def _answer(series: list[tuple[dict[str, str], str]]) -> list[dict[str, object]]:
@@ -37,12 +43,13 @@ def _answer(series: list[tuple[dict[str, str], str]]) -> list[dict[str, object]]
             ),
         ),
         max_size=6,
-    )
+    ),
+    st.booleans(),
 )
 def test_the_lean_read_equals_the_whole_parse_whatever_the_labels_and_values(
-    series: list[tuple[dict[str, str], str]],
+    series: list[tuple[dict[str, str], str]], sort_keys: bool
 ) -> None:
-    body = _body(_answer(series))
+    body = _body(_answer(series), sort_keys=sort_keys)
     vector = decode_vector(body)
     assert vector is not None
     assert vector.envelope["data"]["resultType"] == "vector"
@@ -79,6 +86,56 @@ def test_anything_else_is_left_to_the_whole_parse(body: bytes) -> None:
     assert decode_vector(body) is None
 
 
+def _instance_job(count: int, value: str = "0.5") -> list[tuple[dict[str, str], str]]:
+    return [({"instance": f"s{i}:30000", "job": "sglang"}, value) for i in range(count)]
+
+
+def test_a_by_instance_job_answer_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cycle's usual answer never takes the per-series read (three times its CPU)."""
+    body = _body(_answer([*_instance_job(3), ({"instance": "é:1", "job": "j"}, "+Inf")]))
+
+    def per_series(*_args: object) -> None:
+        raise AssertionError("the per-series read was taken")
+
+    monkeypatch.setattr(vector_module, "cut_series", per_series)
+    vector = decode_vector(body)
+    assert vector is not None
+    assert vector.by_target == {
+        **{TargetKey(f"s{i}:30000", "sglang"): 0.5 for i in range(3)},
+        TargetKey("é:1", "j"): None,
+    }
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        [*_instance_job(2), ({"instance": "a", "job": "j", "le": "1"}, "2")],  # one series with more labels
+        [*_instance_job(2), ({"instance": 'a\\"b', "job": "j"}, "2")],  # an escaped string
+        [({"instance": "a"}, "1"), *_instance_job(2)],  # the first series without a job
+    ],
+)
+def test_an_answer_the_one_pass_does_not_meet_whole_is_read_series_by_series(
+    series: list[tuple[dict[str, str], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = _body(_answer(series))
+    calls: list[bytes] = []
+
+    def per_series(*args: bytes) -> object:
+        calls.append(args[0])
+        return matrix.cut_series(*args)
+
+    monkeypatch.setattr(vector_module, "cut_series", per_series)
+    vector = decode_vector(body)
+    assert vector is not None
+    assert calls == [body]
+    assert vector.by_target == vector_by_target(json.loads(body)["data"]["result"])
+
+
+def test_series_spaced_apart_are_left_to_the_whole_parse() -> None:
+    body = _body(_answer(_instance_job(3))).replace(b'},{"metric"', b'}, {"metric"')
+    assert decode_vector(body) is None
+
+
 def test_an_empty_answer_is_no_target() -> None:
     vector = decode_vector(_body([]))
     assert vector is not None
@@ -86,7 +143,7 @@ def test_an_empty_answer_is_no_target() -> None:
 
 
 def test_the_lean_read_leaves_the_collector_nothing_per_series() -> None:
-    body = _body(_answer([({"instance": f"s{i}:30000", "job": "sglang"}, "0.5") for i in range(3000)]))
+    body = _body(_answer(_instance_job(3000)))
     first = decode_vector(body)  # the fleet's keys: made once for the process
     gc.collect()
     gc.disable()
