@@ -53,8 +53,19 @@ async def exchange(
         data = io.BytesIO(data)
     opened = False
     try:
-        if headers is not None and "Authorization" in headers:
+        authorized = headers is not None and "Authorization" in headers
+        if authorized:
             url = _without_userinfo(url)
+        extra: dict[str, Any] = {}
+        if services:  # the proxy and ~/.netrc, as aiohttp's trust_env would read them for each request
+            parsed = url if isinstance(url, URL) else URL(url)
+            environment = loop.environment(parsed)
+            if environment.proxy is not None:
+                extra["proxy"] = environment.proxy
+                if environment.proxy_authorization is not None:
+                    extra["proxy_headers"] = {"Proxy-Authorization": environment.proxy_authorization}
+            if environment.authorization is not None and not authorized and not parsed.raw_user:
+                headers = {**(headers or {}), "Authorization": environment.authorization}
         remaining = deadline - monotonic()
         if remaining <= 0:
             raise TimeoutError
@@ -63,7 +74,7 @@ async def exchange(
             # Redirects are never followed: a target could otherwise send the collector (and, via quoted
             # errors, the dashboard) to any address it can reach, and a redirected POST loses its body.
             async with loop.session(services=services).request(
-                method, url, headers=headers, data=data, allow_redirects=False, ssl=ssl_context
+                method, url, headers=headers, data=data, allow_redirects=False, ssl=ssl_context, **extra
             ) as response:
                 opened = True
                 yield response

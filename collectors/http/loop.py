@@ -14,18 +14,25 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import threading
+import time
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
+from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
 from isal import isal_zlib
+from yarl import URL
 
 USER_AGENT = "specwatch-collector/0.1"
 # uvicorn (SGLang's server) drops idle keep-alive connections after 5 s; an idle connection we hold longer
 # than the scrape interval is reused or, if the server closed it, replaced (aiohttp retries a GET once then).
 KEEPALIVE_S = 120.0
 _HEADER_LINE_BYTES = 65536  # as http.client: a server's long header is read, not an error
+# How long the environment's proxy and ~/.netrc answer for a host is kept (a changed ~/.netrc is read then).
+ENVIRONMENT_KEPT_S = 60.0
 T = TypeVar("T")
 
 # aiohttp inflates gzip bodies with the zlib module by default: ~105 µs for the golden body (8 KB of gzip →
@@ -35,14 +42,38 @@ T = TypeVar("T")
 aiohttp.set_zlib_backend(isal_zlib)
 
 
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """What the environment says about reaching one host: its proxy (``HTTP(S)_PROXY`` unless ``NO_PROXY``
+    exempts it) and ~/.netrc's credentials for it, as aiohttp's ``trust_env`` reads them; the credentials as
+    the header values that carry them (never in a repr)."""
+
+    proxy: URL | None = None
+    proxy_authorization: str | None = field(default=None, repr=False)
+    authorization: str | None = field(default=None, repr=False)
+
+
+def read_environment(url: URL) -> Environment:
+    """The environment for ``url``'s host, read now (aiohttp's own rules: ``aiohttp.helpers``)."""
+    proxy: URL | None = None
+    proxy_authorization = authorization = None
+    with contextlib.suppress(LookupError):  # no proxy for this host
+        proxy, proxy_auth = get_env_proxy_for_url(url)
+        proxy_authorization = proxy_auth.encode() if proxy_auth is not None else None
+    with contextlib.suppress(LookupError):  # no ~/.netrc, or no entry for this host
+        authorization = basicauth_from_netrc(netrc_from_env(), url.host).encode() if url.host else None
+    return Environment(proxy, proxy_authorization, authorization)
+
+
 class HttpLoop:
     """One event loop thread and its aiohttp sessions, started on first use.
 
     Coroutines run on the loop (``run`` waits for one from any other thread). Two sessions, alike but for
     the environment: ``session()`` reaches targets directly (no proxy, no ``~/.netrc`` credentials sent to
-    them); ``session(services=True)`` honours the environment's proxy settings, since Prometheus and
-    notification receivers are often reached through one. Neither sends cookies back, and neither retries
-    beyond aiohttp's one retry of a request on a keep-alive connection the server had closed.
+    them); ``session(services=True)`` honours the environment's proxy settings and ~/.netrc
+    (``environment``), since Prometheus and notification receivers are often reached through a proxy.
+    Neither sends cookies back, and neither retries beyond aiohttp's one retry of a request on a keep-alive
+    connection the server had closed.
     """
 
     def __init__(self) -> None:
@@ -50,6 +81,7 @@ class HttpLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
+        self._environments: dict[tuple[str, str | None, int | None], tuple[float, Environment]] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -80,12 +112,25 @@ class HttpLoop:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 headers={"User-Agent": USER_AGENT},
-                trust_env=services,
+                trust_env=False,  # the services' environment is read once per host: ``environment``
                 max_line_size=_HEADER_LINE_BYTES,
                 max_field_size=_HEADER_LINE_BYTES,
             )
             self._sessions[services] = session
         return session
+
+    def environment(self, url: URL) -> Environment:
+        """The environment's proxy and ~/.netrc credentials for ``url``'s host, read at most once a minute
+        per host. aiohttp's ``trust_env`` reads both for every request, each on an executor thread: ~0.3 ms
+        and two thread hops per query, a tenth of a 1,000-server source cycle's CPU."""
+        origin = (url.scheme, url.host, url.port)
+        kept = self._environments.get(origin)
+        now = time.monotonic()
+        if kept is None or now - kept[0] >= ENVIRONMENT_KEPT_S:
+            if len(self._environments) > 256:
+                self._environments.clear()
+            kept = self._environments[origin] = (now, read_environment(url))
+        return kept[1]
 
     def on_loop(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread

@@ -137,3 +137,33 @@ def test_a_configured_token_wins_over_a_password_in_the_url() -> None:
         assert server.seen[-1].headers["authorization"] == f"Basic {basic}"
     finally:
         server.stop()
+
+
+def test_prometheus_is_reached_through_the_environments_proxy_with_its_netrc_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Services (Prometheus, receivers) honour HTTP_PROXY, NO_PROXY and ~/.netrc as aiohttp's trust_env does
+    (read once per host, not per request); targets never do (test_server_info)."""
+    behind = "prometheus.invalid:9090"  # a name only the proxy can reach
+    proxy = PostableServer({f"http://{behind}/api/v1/query": _empty_vector})
+    direct = PostableServer({"/api/v1/query": _empty_vector})
+    netrc = tmp_path / ".netrc"
+    netrc.write_text(
+        "machine prometheus.invalid login ops password pw-1\nmachine 127.0.0.1 login a password b\n"
+    )
+    monkeypatch.setenv("NETRC", str(netrc))
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, proxy.url)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1")  # the direct server: exempt
+    try:
+        for _ in range(2):
+            assert PromClient(f"http://{behind}", timeout_s=2.0).query("up") == []
+        assert [seen.path for seen in proxy.seen] == [f"http://{behind}/api/v1/query"] * 2
+        basic = base64.b64encode(b"ops:pw-1").decode()
+        assert {seen.headers["authorization"] for seen in proxy.seen} == {f"Basic {basic}"}
+        assert PromClient(direct.url, bearer_token="tok-5678").query("up") == []
+        assert direct.seen[-1].headers["authorization"] == "Bearer tok-5678"  # a token wins over ~/.netrc
+    finally:
+        proxy.stop()
+        direct.stop()
