@@ -82,7 +82,7 @@ def finite(text: object) -> float | None:
     """A sample value as Prometheus writes it (a string), None for NaN and ±Inf (unknown, never zero)."""
     try:
         value = float(text if isinstance(text, bytes) else str(text))
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:
         return None
     return value if math.isfinite(value) else None
 
