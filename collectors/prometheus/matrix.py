@@ -80,15 +80,20 @@ def cut_series(
         at = end + len(closing)
         if body.startswith(b",", at):
             at += 1
-    if not body.startswith(b"]", at):
+    envelope = envelope_around(body, start, at)
+    return (envelope, labels, raw) if envelope is not None else None
+
+
+def envelope_around(body: bytes, start: int, end: int) -> dict[str, Any] | None:
+    """The answer around its result's series (``body[start:end]``), parsed: None unless the result closes at
+    ``end`` and what is left is a JSON object."""
+    if not body.startswith(b"]", end):
         return None
     try:
-        envelope = orjson.loads(body[:start] + body[at:])
+        envelope = orjson.loads(body[:start] + body[end:])
     except ValueError:
         return None
-    if not isinstance(envelope, dict):
-        return None
-    return envelope, labels, raw
+    return envelope if isinstance(envelope, dict) else None
 
 
 def decode_matrix(body: bytes) -> Matrix | None:

@@ -23,9 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from collectors.prometheus.matrix import RESULT, SERIES, cut_series
+from collectors.prometheus.matrix import RESULT, SERIES, cut_series, envelope_around
 from collectors.prometheus.naming import TargetKey
 
 _VALUE = b',"value":['
@@ -137,10 +135,5 @@ def _decode_by_instance_job(body: bytes) -> Vector | None:
             by_key[_target_key_of_bytes(instance, job)] = finite(value)
     except UnicodeDecodeError:
         return None
-    if not body.startswith(b"]", end):
-        return None
-    try:
-        envelope = orjson.loads(body[:start] + body[end:])
-    except ValueError:
-        return None
-    return Vector(envelope, by_key) if isinstance(envelope, dict) else None
+    envelope = envelope_around(body, start, end)
+    return Vector(envelope, by_key) if envelope is not None else None
