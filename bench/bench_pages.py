@@ -72,6 +72,7 @@ _CLONED = ("samples", "latest_samples", *(tier.table for tier in TIERS))
 # the whole process's over the script (the reader threads' work included).
 SCRIPT_TIMES: list[float] = []
 SCRIPT_CPU: list[float] = []
+SCRIPT_ENDED: list[float] = []  # when the last script run ended (monotonic): bench_prometheus spaces renders
 
 
 def _baseline_script() -> None:
@@ -109,6 +110,7 @@ def _app_script(argv: list[str]) -> None:
     finally:
         bench_pages.SCRIPT_TIMES.append(time.perf_counter() - started)
         bench_pages.SCRIPT_CPU.append(time.process_time() - cpu)
+        bench_pages.SCRIPT_ENDED[:] = [time.monotonic()]
 
 
 def _tree_bytes(node: Any) -> int:
