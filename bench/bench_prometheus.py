@@ -16,7 +16,9 @@ interval with the window where the last render left it (at 24 h and 7 d: what th
 window step on the way is rendered unmeasured), "cold" every cache cleared (the page's, the history's
 result cache: a restarted dashboard). ``interval_cpu_s`` is the CPU per interval averaged over the
 intervals: "live" at the share of them where the window steps (``window_step_share``), "steady" at the
-rest. Per render: wall and CPU seconds of the dashboard process, the engine's CPU (/proc; net of its CPU
+rest. Live and steady renders come at least an interval after the last render ended, as a live panel's
+reruns do: each then pays the interval's source cycle, as a running dashboard does once per interval. Per
+render: wall and CPU seconds of the dashboard process, the engine's CPU (/proc; net of its CPU
 with no page reading, measured for 30 s first: its live scrapes and rules), the PromQL queries sent and
 the answer bytes read, and the bytes sent to the browser. Ratios: each engine's cold time over the
 embedded store's, same page and range, same run.
