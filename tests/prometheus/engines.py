@@ -7,6 +7,7 @@ Every process is started by a test, bound to an ephemeral port and stopped (by i
 from __future__ import annotations
 
 import http.server
+import logging
 import shutil
 import subprocess
 import threading
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 import yaml
 
@@ -353,3 +355,19 @@ def side_by_side(
     finally:
         direct.close()
         prometheus.close()
+
+
+QUERY_LOG = "collectors.prometheus.client"  # logs each query it sends at DEBUG
+
+
+def collect_sending(
+    source: Source, caplog: pytest.LogCaptureFixture
+) -> tuple[list[TargetSnapshot], list[str]]:
+    """One cycle of ``source`` and the queries it sent (the client's log lines)."""
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger=QUERY_LOG)
+    try:
+        snapshots = source.collect(time.time())
+    finally:
+        caplog.set_level(logging.WARNING, logger=QUERY_LOG)
+    return snapshots, [r.getMessage() for r in caplog.records if r.name == QUERY_LOG]

@@ -5,8 +5,6 @@ series. On the real Prometheus and VictoriaMetrics."""
 
 from __future__ import annotations
 
-import logging
-import time
 from pathlib import Path
 
 import pytest
@@ -15,12 +13,10 @@ from collectors.model import TargetSnapshot
 from collectors.prometheus import promql_source
 from collectors.prometheus.promql_source import PrometheusSource
 from tests.prometheus.conftest import start_engine
-from tests.prometheus.engines import StaticServer, source_config, wait_scraped
+from tests.prometheus.engines import StaticServer, collect_sending, source_config, wait_scraped
 from tests.prometheus.golden import with_extra_labels
 
 pytestmark = pytest.mark.engines
-
-_CLIENT = "collectors.prometheus.client"
 
 
 def _serving(golden_text: str, deployment: str) -> bytes:
@@ -49,13 +45,7 @@ def test_labels_are_read_once_a_minute_and_at_once_for_a_new_target_or_new_label
 
     def cycle() -> tuple[dict[str, TargetSnapshot], bool]:
         """Each target's snapshot, and whether the cycle read the labels."""
-        caplog.clear()
-        caplog.set_level(logging.DEBUG, logger=_CLIENT)
-        try:
-            snapshots = source.collect(time.time())
-        finally:
-            caplog.set_level(logging.WARNING, logger=_CLIENT)
-        sent = [r.getMessage() for r in caplog.records if r.name == _CLIENT]
+        snapshots, sent = collect_sending(source, caplog)
         return {s.target: s for s in snapshots}, any(q.endswith(labelled) for q in sent)
 
     try:

@@ -4,7 +4,6 @@ recording answers (rules not loaded): the same numbers either way, on the real e
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
@@ -12,11 +11,9 @@ from collectors.model import TargetSnapshot
 from collectors.prometheus.promql_source import PrometheusSource
 from collectors.prometheus.recording_rules import recordings
 from config import Config
-from tests.prometheus.engines import Engine, StaticServer, source_config
+from tests.prometheus.engines import Engine, StaticServer, collect_sending, source_config
 
 pytestmark = pytest.mark.engines
-
-_CLIENT = "collectors.prometheus.client"
 
 
 def _recorded(config: Config) -> Config:
@@ -28,14 +25,10 @@ def _recorded(config: Config) -> Config:
 def _cycle(config: Config, caplog: pytest.LogCaptureFixture) -> tuple[TargetSnapshot, list[str]]:
     """The golden server's snapshot from one cycle of a new source, and the queries the cycle sent."""
     source = PrometheusSource(config)
-    caplog.clear()
-    caplog.set_level(logging.DEBUG, logger=_CLIENT)
     try:
-        snapshots = source.collect(time.time())
+        snapshots, sent = collect_sending(source, caplog)
     finally:
-        caplog.set_level(logging.WARNING, logger=_CLIENT)
         source.close()
-    sent = [r.getMessage() for r in caplog.records if r.name == _CLIENT]
     return next(s for s in snapshots if s.target == "golden"), sent
 
 
