@@ -112,8 +112,10 @@ def header(
                 "`deployment` label, and the ErrorBudgetBurn alerts on them. Prometheus knows a deployment "
                 "only as a series label: give each scrape target a `deployment` target label with the "
                 "value it has in specwatch's config. The windows of an hour or more are evaluated at "
-                f"least every {duration(slo_rules.LONG_INTERVAL_S)}, the whole-period recordings (increase "
-                f"over the period) every {duration(slo_rules.PERIOD_INTERVAL_S)}."
+                f"least every {duration(slo_rules.LONG_INTERVAL_S)}, those of a day or more and the "
+                f"whole-period recordings (increase over days or weeks) every "
+                f"{duration(slo_rules.PERIOD_INTERVAL_S)}; the alerts read these through last_over_time "
+                f"over {duration(slo_rules.RECORDED_LOOKBACK_S)}."
             ]
             if slos
             else []

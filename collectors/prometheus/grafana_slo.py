@@ -13,7 +13,7 @@ from collectors.prometheus import slo_rules
 from collectors.slo import Slo
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-BURN_WINDOWS = ("5m", "1h", "6h", "3d")  # the burn-rate panel's lines (a subset of SLOTH_WINDOWS_S)
+BURN_WINDOWS_S = (300.0, 3600.0, 21600.0, 259200.0)  # the burn-rate panel's lines: 5m, 1h, 6h, 3d (Sloth's)
 # Any name the SLO groups can record (``slo_rules.recorded_names`` for a given config is exact); used when the
 # SLOs are not known (a dashboard checked without its config).
 _SLOTH_GRAMMAR = re.compile(r"slo:(?:sli_error:ratio_rate|sli_total:increase)\d+(?:ms|[smhdw])")
@@ -97,20 +97,34 @@ def slo_rows(slos: Sequence[Slo], panel_id: int, y: int) -> tuple[list[dict[str,
             "Error budget left",
             f"Share of the {period} error budget not yet spent (below 0: overspent), per scope.",
             "percentunit",
-            [_target(0, _scoped(f"slo:period_error_budget_remaining:ratio{{{match}}}"), "{{scope}}")],
+            [
+                _target(
+                    0,
+                    _scoped(
+                        slo_rules.newest(f"slo:period_error_budget_remaining:ratio{{{match}}}", slo.window_s)
+                    ),
+                    "{{scope}}",
+                )
+            ],
             0,
             y,
         )
         on = "on (sloth_id, sloth_service, sloth_slo) group_left"
+        burn_windows = [
+            (slo_rules.window_name(s), s)
+            for s in BURN_WINDOWS_S
+            if is_recorded(f"slo:sli_error:ratio_rate{slo_rules.window_name(s)}", [slo])
+        ]
         burns = [
             _target(
                 i,
-                _scoped(f"slo:sli_error:ratio_rate{w}{{{match}}} / {on} slo:error_budget:ratio{{{match}}}"),
+                _scoped(
+                    f"{slo_rules.newest(f'slo:sli_error:ratio_rate{w}{{{match}}}', seconds)}\n/ {on} "
+                    f"slo:error_budget:ratio{{{match}}}"
+                ),
                 f"{{{{scope}}}} {w}",
             )
-            for i, w in enumerate(
-                w for w in BURN_WINDOWS if is_recorded(f"slo:sli_error:ratio_rate{w}", [slo])
-            )
+            for i, (w, seconds) in enumerate(burn_windows)
         ]
         factors = sorted({round(c.factor, 3) for c in (*slo.ticket, *slo.page)})
         burn = _panel(

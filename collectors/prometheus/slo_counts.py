@@ -50,7 +50,6 @@ LONG_WINDOW_REUSE_S = 60.0
 HOUR_S = 3600.0
 _YOUNG_S = 7200.0  # younger than this, how much of the period Prometheus holds is asked to the minute
 _AT_STEP_S = 10.0  # one report's window counts share the instant its first count was asked at
-_RECORDED_LOOKBACK = "10m"  # twice the period rules' evaluation interval (slo_rules.PERIOD_INTERVAL_S)
 _NOT_SCOPE = frozenset({"__name__", *slo_rules.SLOTH_LABELS})
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
 
@@ -234,8 +233,9 @@ class PrometheusSloCounts:
 
     def _from_recordings(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts] | None:
         """Each scope's events over ``window_s`` from the SLO recording rules (``export rules``): the
-        recorded total and error ratio, the newest evaluation within ``_RECORDED_LOOKBACK`` (the period's
-        rules run every 5 minutes). None when the window is not recorded or the rules are not loaded."""
+        recorded total and error ratio, the newest evaluation within ``slo_rules.RECORDED_LOOKBACK_S`` (the
+        windows of a day or more are evaluated every 5 minutes). None when the window is not recorded or
+        the rules are not loaded."""
         window = round(window_s)
         if window not in {round(w) for w in (*slo_rules.windows_s(slo), slo.window_s)}:
             return None
@@ -243,11 +243,11 @@ class PrometheusSloCounts:
         with self._lock:
             if key in self._recordings:
                 return self._recordings[key]
-        selector = slo_rules.selector(slo)
+        selector, lookback = slo_rules.selector(slo), window_name(slo_rules.RECORDED_LOOKBACK_S)
         total_job, ratio_job = (
             self._pool.submit(
                 self._client.query,
-                f"last_over_time({name}{window_name(window)}{selector}[{_RECORDED_LOOKBACK}])",
+                f"last_over_time({name}{window_name(window)}{selector}[{lookback}])",
                 at=at,
             )
             for name in ("slo:sli_total:increase", "slo:sli_error:ratio_rate")

@@ -185,17 +185,29 @@ def test_every_sli_kind_and_the_recovery_fraction_export_valid_rules(tmp_path: P
     # The deployment an SLO's match fixes is its only scope: no per-deployment sum for e2e-60s.
     assert all('deployment!=""' not in r["expr"] for r in groups["specwatch-slo-e2e-60s"])
     assert "slo:sli_error:ratio_rate7d" in rules  # the period's recording
-    # Windows under an hour at the evaluation interval; an hour or more once a minute; the period every 5 m.
+    # Windows under an hour at the evaluation interval; under a day once a minute; a day or more and the
+    # period every 5 m, which the alerts read as their newest evaluation within 10 m.
     intervals = {g["name"]: g.get("interval") for g in yaml.safe_load(rules)["groups"]}
     fast = {r.get("record") for r in groups["specwatch-slo-tpot-40ms"]}
     assert {"slo:sli_error:ratio_rate5m", "slo:sli_total:increase30m"} <= fast
-    for window in ("1h", "6h", "3d"):
+    for window, group_name in (("1h", "long"), ("6h", "long"), ("1d", "days"), ("3d", "days")):
         for name in ("slo:sli_error:ratio_rate", "slo:sli_total:increase"):
-            group = groups["specwatch-slo-tpot-40ms-long"]
+            group = groups[f"specwatch-slo-tpot-40ms-{group_name}"]
             assert any(r.get("record") == name + window for r in group), (name, window)
-            assert not any(r.get("record") == name + window for r in groups["specwatch-slo-tpot-40ms"])
+            others = [
+                g for g in groups if g.startswith("specwatch-slo-tpot-40ms") and not g.endswith(group_name)
+            ]
+            assert not any(r.get("record") == name + window for g in others for r in groups[g])
     assert intervals["specwatch-slo-tpot-40ms-long"] == "1m"
+    assert intervals["specwatch-slo-tpot-40ms-days"] == "5m"
     assert intervals["specwatch-slo-tpot-40ms-period"] == "5m"
+    ticket = next(
+        a for a in alerts if a["labels"].get("slo") == "tpot-40ms" and a["labels"]["severity"] == "ticket"
+    )
+    assert (
+        'last_over_time(slo:sli_error:ratio_rate3d{sloth_id="specwatch-tpot-40ms"}[10m])' in (ticket["expr"])
+    )
+    assert "last_over_time(slo:sli_error:ratio_rate6h" not in ticket["expr"]  # a minute apart: read plainly
 
 
 def test_the_le_matcher_takes_every_spelling_of_its_boundary_and_no_other_bucket() -> None:
