@@ -49,6 +49,7 @@ LONG_WINDOW_S = 3600.0
 LONG_WINDOW_REUSE_S = 60.0
 HOUR_S = 3600.0
 _YOUNG_S = 7200.0  # younger than this, how much of the period Prometheus holds is asked to the minute
+_PROBES_PER_ROUND = 4  # hours asked at once per round of the coverage search (the query pool's width)
 _AT_STEP_S = 10.0  # one report's window counts share the instant its first count was asked at
 _NOT_SCOPE = frozenset({"__name__", *slo_rules.SLOTH_LABELS})
 _BURN_DOWN_POINTS = 500  # a period's minutes as the burn-down draws them, not 40,320 of them
@@ -126,6 +127,8 @@ class PrometheusSloCounts:
         self._recorded_slos: set[str] = set()  # SLOs whose recording rules answered (their rules are loaded)
         self._at: float | None = None  # the instant the current report reads at
         self._first: dict[tuple[str, str, float], int | None] = {}
+        # Per ``sampled`` query: the oldest hour with a sample, and when it was searched for.
+        self._hours: dict[str, tuple[float, float]] = {}
         # Each SLO's series index by window (read once for all its scopes, reused as long windows' answers).
         self._index: dict[tuple[str, int], tuple[float, dict[TargetKey, tuple[Scope, ...]]]] = {}
         self._index_locks: dict[tuple[str, int], threading.Lock] = {}  # one read per key at a time
@@ -141,6 +144,7 @@ class PrometheusSloCounts:
             self._prefetched.clear()
             self._recorded_slos.clear()
             self._first.clear()
+            self._hours.clear()
             self._index.clear()
             self._at = None
 
@@ -376,7 +380,7 @@ class PrometheusSloCounts:
         parent = _parent_scope(found, scope)
         if parent is not None:
             # Every member of a deployment's scope is a member of the SLO's scope without it: its first hour
-            # is no older, and most often the same (one probe instead of a bisection per deployment).
+            # is no older, and most often the same (one probe instead of a search per deployment).
             parent_minute = self.first_minute(found.name, parent)
             if parent_minute is None:
                 return None
@@ -394,12 +398,18 @@ class PrometheusSloCounts:
         self, found: Slo, queries: SloQueries, now: float, not_before: float | None = None
     ) -> float | None:
         """When the sample read at the oldest whole hour of the period with one (within the 5-minute lookback)
-        was taken, found by bisection over the period's hours with instant queries of one instant's samples
-        each (``SloQueries.sampled``): ~10 cheap queries, or one when the period's first hour has samples,
-        as on any engine older than the period. A subquery over the period (``oldest_request``: the same
-        answer for series that ran on from their first sample) reads every sample of the period, whatever
-        its step: 1.2–1.7 s of Prometheus's time at 1,000 servers × 24 h. ``not_before``: an hour before
-        which none can be (the bisection starts there: a deployment's scope at its SLO's first hour)."""
+        was taken, found by a search over the period's hours with instant queries of one instant's samples
+        each (``SloQueries.sampled``), ``_PROBES_PER_ROUND`` hours at once: ~6 rounds of cheap queries, or
+        one when the period's first hour has samples, as on any engine older than the period. A subquery
+        over the period (``oldest_request``: the same answer for series that ran on from their first
+        sample) reads every sample of the period, whatever its step: 1.2–1.7 s of Prometheus's time at 1,000
+        servers × 24 h. ``not_before``: an hour before which none can be (the search starts there: a
+        deployment's scope at its SLO's first hour).
+
+        The hour found is kept for an hour: the oldest data only goes (retention), so asked again, an hour
+        that still has a sample and none an hour before stands, in one round of two queries instead of a
+        search (the Fleet page's SLO status asks every minute); history backfilled before it is found at
+        the next search, within the hour."""
         first = math.ceil((now - found.window_s) / HOUR_S) * HOUR_S
         if not_before is not None:
             first = max(first, not_before)
@@ -407,21 +417,50 @@ class PrometheusSloCounts:
         if first > last:
             return None
         expr = queries.sampled(found)
-        found_ts = self._oldest(expr, first)
-        if found_ts is not None:
-            return found_ts
-        newest_ts = self._oldest(expr, last)
-        if newest_ts is None:
-            return None
-        older, newer = first, last  # no sample at ``older``; ``newest_ts`` read at ``newer``
-        while newer - older > HOUR_S:
-            middle = older + math.floor((newer - older) / HOUR_S / 2) * HOUR_S
-            at_middle = self._oldest(expr, middle)
-            if at_middle is None:
-                older = middle
+        with self._lock:
+            known, found_at = self._hours.get(expr, (None, -math.inf))
+        if known is not None and first <= known <= last and now - found_at < HOUR_S:
+            earlier = [known - HOUR_S] if known > first else []
+            at_known, *before = self._probe(expr, [known, *earlier])
+            if at_known is not None and not (before and before[0] is not None):
+                return at_known
+        found_ts, hour = self._search(expr, first, last)
+        with self._lock:
+            if len(self._hours) > 256:
+                self._hours.clear()
+            if hour is None:
+                self._hours.pop(expr, None)
             else:
-                newer, newest_ts = middle, at_middle
-        return newest_ts
+                self._hours[expr] = (hour, now)
+        return found_ts
+
+    def _search(self, expr: str, first: float, last: float) -> tuple[float | None, float | None]:
+        """(the sample's timestamp, the hour) of the oldest hour from ``first`` to ``last`` with a sample of
+        ``expr``; (None, None) when the newest has none. Each round asks ``_PROBES_PER_ROUND`` hours evenly
+        spread between the newest known without a sample and the oldest known with one."""
+        at_first, *at_last = self._probe(expr, [first, *([last] if last > first else [])])
+        if at_first is not None:
+            return at_first, first
+        if not at_last or at_last[0] is None:
+            return None, None
+        # No sample at ``older``; ``newest_ts`` read at ``newer``.
+        older, newer, newest_ts = first, last, at_last[0]
+        while newer - older > HOUR_S:
+            step = math.ceil((newer - older) / HOUR_S / (_PROBES_PER_ROUND + 1)) * HOUR_S
+            hours = [h for h in (older + k * step for k in range(1, _PROBES_PER_ROUND + 1)) if h < newer]
+            for hour, at in zip(hours, self._probe(expr, hours), strict=True):
+                if at is not None:
+                    newer, newest_ts = hour, at
+                    break
+                older = hour
+        return newest_ts, newer
+
+    def _probe(self, expr: str, hours: Sequence[float]) -> list[float | None]:
+        """``_oldest`` of ``expr`` at each of ``hours``, asked at once."""
+        if len(hours) == 1:
+            return [self._oldest(expr, hours[0])]
+        jobs = [self._pool.submit(self._oldest, expr, hour) for hour in hours]
+        return [job.result() for job in jobs]
 
     def _oldest(self, expr: str, at: float) -> float | None:
         """The timestamp an ``oldest_request`` or ``sampled`` query answers at ``at`` (None: no sample)."""

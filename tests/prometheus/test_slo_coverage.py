@@ -1,4 +1,4 @@
-"""How much of an SLO's period the fleet's Prometheus holds (``first_minute``): found by bisection over the
+"""How much of an SLO's period the fleet's Prometheus holds (``first_minute``): found by a search over the
 period's hours with instant queries, it is what one period-long subquery at an hour's step finds, on a
 Prometheus holding days of backfilled history (``promtool tsdb create-blocks-from openmetrics``)."""
 
@@ -52,6 +52,8 @@ def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
     skip_without(PROMETHEUS, "prometheus")
     skip_without(PROMTOOL, "promtool")
     now = math.floor(time.time() / STEP_S) * STEP_S - STEP_S
+    if now % HOUR_S == HOUR_S - STEP_S:  # a minute later the period's first hour would move on
+        now -= STEP_S
     # One server from ``age_h`` hours ago, a second from a day later (the fleet's oldest is the first's).
     started = {"a:1": now - age_h * HOUR_S, "b:1": now - max(age_h - 24, 1) * HOUR_S}
     data = tmp_path / "data.om"
@@ -74,7 +76,8 @@ def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
         )
         slos = build_slos(config)
         client = PromClient(engine.url)
-        counts = PrometheusSloCounts(slos, client, QUERIES, clock=lambda: now, scrape_interval_s=STEP_S)
+        clock = [now]
+        counts = PrometheusSloCounts(slos, client, QUERIES, clock=lambda: clock[0], scrape_interval_s=STEP_S)
         # What one subquery over the whole period at an hour's step finds (the answer before days first).
         single = client.query(SloQueries(QUERIES).oldest_request(slos[0], {}), at=now)
         assert single
@@ -87,7 +90,16 @@ def test_coverage_is_the_oldest_hour_a_period_long_hourly_subquery_finds(
         assert sent
         # Instant reads of one instant's samples, never a subquery over the period (it reads every sample).
         assert not [q for q in sent if "[28d:" in q], sent
-        assert len(sent) <= 12, sent  # bisection over the period's 672 hours
+        # A search over the period's 672 hours, four at once: the first and last, then at most five rounds.
+        assert len(sent) <= 2 + 4 * 5, sent
+        # A minute later the hour found is checked, not searched for again: it and the hour before, at once.
+        clock[0] = now + 60
+        caplog.clear()
+        assert counts.first_minute("availability", Scope(()).key) == want
+        again = [r.getMessage() for r in caplog.records if r.name == "collectors.prometheus.client"]
+        young = want > now - 2 * HOUR_S  # a store this young is also asked to the scrape interval
+        assert 1 <= len(again) <= 2 + young, again
+        clock[0] = now
         # Each deployment's scope: its own server's first hour (the younger one's bisection starts at the
         # fleet's first hour, where the older one's is found at once).
         for deployment, instance in (("east", "a:1"), ("west", "b:1")):
