@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import logging
 import math
 import sqlite3
 import threading
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import pandas as pd
 import pyarrow
 import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 from alerts.state_store import AlertStateStore
 from analysis import sample_bins
@@ -59,8 +61,11 @@ from views.page_context import MAX_POINTS_PER_SERIES, TimeWindow, quantised_wind
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+_LOG = logging.getLogger(__name__)
 _READ_TIMEOUT_S = 60.0
-_READER_THREADS = 2
+_READER_THREADS = 2  # SQLite: each thread holds its own connection and page cache
+# The fleet's engine: a read mostly waits on it, and a page's table, chart and SLO reads overlap (read_ahead).
+_ENGINE_READER_THREADS = 4
 _SERIALS = itertools.count(1)
 
 
@@ -75,7 +80,8 @@ class StoreReader:
         self.config = config
         self.path = config.store.path
         self.key = f"{config.source}:{self.path}#{next(_SERIALS)}"
-        self._pool = ThreadPoolExecutor(max_workers=_READER_THREADS, thread_name_prefix="specwatch-read")
+        threads = _ENGINE_READER_THREADS if config.source == "prometheus" else _READER_THREADS
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specwatch-read")
         self._lock = threading.Lock()
         self._history: History | None = None
         self._alerts: AlertStateStore | None = None
@@ -354,6 +360,35 @@ def fleet_series(
         return FleetSeries(window, series, first_ts)
     start_ts, end_ts, series, first_ts = _fleet_series_background(reads, range_s, interval_s, points)
     return FleetSeries(TimeWindow(start_ts, end_ts), series, first_ts)
+
+
+def read_ahead(read: Callable[[], object]) -> None:
+    """Start ``read`` (a cached read of this module that the script asks for later, with the same
+    arguments) on a thread of its own, so that the reads a page makes one after another overlap: Streamlit
+    computes a key once, and the script's own call waits for it (the cache's per-key lock) instead of
+    reading again. On the fleet's engine a cold Fleet page read its table, SLO status and chart in turn.
+    A read that fails here is read again, and its error shown, by the script's call."""
+    context = get_script_run_ctx(suppress_warning=True)
+
+    def run() -> None:
+        try:
+            read()
+        except Exception:  # the script's own call reads again and shows the error
+            _LOG.debug("read ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="specwatch-read-ahead", daemon=True)
+    if context is not None:
+        add_script_run_ctx(thread, context)
+    thread.start()
+
+
+def fleet_series_ahead(
+    reads: StoreReader, now_ts: float, range_s: float, interval_s: float, points: int
+) -> None:
+    """``fleet_series`` read ahead (``read_ahead``) where its key does not hold the moment: the ranges read
+    in the background. A short range's window moves with each interval and is read when drawn."""
+    if range_s > _BACKGROUND_BEYOND_S:
+        read_ahead(lambda: fleet_series(reads, now_ts, range_s, interval_s, points))
 
 
 def _series_of(columns: SampleColumns, window: TimeWindow, points: int) -> tuple[pd.DataFrame, float]:

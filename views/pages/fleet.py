@@ -6,13 +6,14 @@ What the on-call engineer opens first: trouble sorts to the top, a row opens tha
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
-from collectors.slo import build_slos
+from collectors.slo import Slo, build_slos
 from config import ConfigError
 from views import blocks, data, fleet_frames, formatting, links, refresh, slo_frames, time_charts
 from views.fleet_frames import STATUS_DOWN, STATUSES
@@ -91,6 +92,11 @@ def _open_server(ctx: PageContext) -> None:
 
 def _live(ctx: PageContext) -> None:
     now_ts = ctx.now()
+    # The chart's and the SLO status's reads start now, beside the table's, instead of after it.
+    data.fleet_series_ahead(ctx.reads, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
+    slos = _slos(ctx)
+    if slos:
+        data.read_ahead(lambda: data.slo_fleet_status(ctx.reads, slos))
     with blocks.store_errors():
         table, board = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
@@ -103,7 +109,7 @@ def _live(ctx: PageContext) -> None:
         shared = _shared(ctx.reads, tick, ctx.range_s, table, board)
         _summary(ctx.reads, tick, ctx.range_s, shared)
         with blocks.store_errors():  # an unreadable SLO table must not take the server table with it
-            _slo_status(ctx, now_ts, board)
+            _slo_status(ctx, now_ts, board, slos)
         _table(shared, _filtered(shared))
         _fleet_chart(ctx.reads, tick, ctx.range_s, ctx.range_label, ctx.interval_s, ctx)
 
@@ -243,13 +249,17 @@ SLO_STATUS_CONFIG = {
 }
 
 
-def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None) -> None:
+def _slos(ctx: PageContext) -> tuple[Slo, ...]:
+    """The configured SLOs; none when there are none or they are wrong (the SLO page shows the error)."""
+    try:
+        return build_slos(ctx.config, "the config")
+    except ConfigError:
+        return ()
+
+
+def _slo_status(ctx: PageContext, now_ts: float, board: data.AlertBoard | None, slos: Sequence[Slo]) -> None:
     """Per SLO and deployment: budget left, fastest burn, burning and firing; a row opens it on the SLO
     page. Nothing when no SLO is configured (the SLO page says how)."""
-    try:
-        slos = build_slos(ctx.config, "the config")
-    except ConfigError:
-        return  # the SLO page shows the error
     if not slos:
         return
     report = data.slo_fleet_status(ctx.reads, slos)
