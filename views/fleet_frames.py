@@ -22,17 +22,8 @@ STATUS_STALE = "stale"
 STATUS_NO_DATA = "no data"
 STATUSES: tuple[str, ...] = (STATUS_UP, STATUS_DOWN, STATUS_STALE, STATUS_NO_DATA)
 
-FLEET_COLUMNS: tuple[str, ...] = (
-    "server",
-    "status",
-    "deployment",
-    "recipe",
-    "running_cap",
-    "running",
-    "cap",
-    "queued",
-    "accept_length",
-    "step_latency_ms",
+# Signals shown as the sample holds them, and only while the server is up (never a down server's old numbers).
+_AS_SAMPLED: tuple[str, ...] = (
     "output_tok_s",
     "per_request_tok_s",
     "state_pool_usage",
@@ -44,6 +35,19 @@ FLEET_COLUMNS: tuple[str, ...] = (
     "gpu_power_w",
     "tokens_per_joule",
     "usd_per_million_tokens",
+)
+FLEET_COLUMNS: tuple[str, ...] = (
+    "server",
+    "status",
+    "deployment",
+    "recipe",
+    "running_cap",
+    "running",
+    "cap",
+    "queued",
+    "accept_length",
+    "step_latency_ms",
+    *_AS_SAMPLED,
     "firing_alerts",
     "alerts",
     "last_seen_s",
@@ -104,22 +108,7 @@ def fleet_table(
         "queued": when_live("queued"),
         "accept_length": when_live("accept_length"),
         "step_latency_ms": when_live("step_latency_s", 1000.0),
-        **{
-            column: when_live(column)
-            for column in (
-                "output_tok_s",
-                "per_request_tok_s",
-                "state_pool_usage",
-                "kv_usage",
-                "avg_context_tokens",
-                "ttft_s",
-                "cache_hit_rate",
-                "gpu_count",
-                "gpu_power_w",
-                "tokens_per_joule",
-                "usd_per_million_tokens",
-            )
-        },
+        **{column: when_live(column) for column in _AS_SAMPLED},
         "firing_alerts": [len(a) for a in alerts],
         "alerts": [", ".join(a) for a in alerts],
         "last_seen_s": age_s,
