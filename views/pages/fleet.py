@@ -70,6 +70,7 @@ COLUMN_CONFIG = {
 
 def render(ctx: PageContext) -> None:
     st.title("Fleet", anchor=False)
+    _read_ahead(ctx, _slos(ctx))
     with blocks.store_errors():
         _open_server(ctx)
     refresh.live_panel(ctx, _live)
@@ -90,13 +91,19 @@ def _open_server(ctx: PageContext) -> None:
         links.open_server(str(choice))
 
 
-def _live(ctx: PageContext) -> None:
-    now_ts = ctx.now()
-    # The chart's and the SLO status's reads start now, beside the table's, instead of after it.
-    data.fleet_series_ahead(ctx.reads, now_ts, ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
-    slos = _slos(ctx)
+def _read_ahead(ctx: PageContext, slos: Sequence[Slo]) -> None:
+    """The chart's and the SLO status's reads start now, beside the table's, instead of after it (on the
+    fleet's engine a cold page read the three in turn). Called by the page and by each rerun of its panel:
+    a read already under way or cached is not read twice."""
+    data.fleet_series_ahead(ctx.reads, ctx.now(), ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
     if slos:
         data.read_ahead(lambda: data.slo_fleet_status(ctx.reads, slos))
+
+
+def _live(ctx: PageContext) -> None:
+    now_ts = ctx.now()
+    slos = _slos(ctx)
+    _read_ahead(ctx, slos)
     with blocks.store_errors():
         table, board = blocks.load_fleet_table(ctx, now_ts)
         if table.empty:
