@@ -92,9 +92,10 @@ def _open_server(ctx: PageContext) -> None:
 
 
 def _read_ahead(ctx: PageContext, slos: Sequence[Slo]) -> None:
-    """The chart's and the SLO status's reads start now, beside the table's, instead of after it (on the
-    fleet's engine a cold page read the three in turn). Called by the page and by each rerun of its panel:
-    a read already under way or cached is not read twice."""
+    """The SLO status's and the chart's reads start now, beside the table's, instead of after it (on the
+    fleet's engine a cold page read the three in turn; its chart still waits there for the table's cycle,
+    which says which servers decode plainly). Called by the page and by each rerun of its panel: a read
+    already under way or cached is not read twice."""
     data.fleet_series_ahead(ctx.reads, ctx.now(), ctx.range_s, ctx.interval_s, FLEET_SERIES_POINTS)
     if slos:
         data.read_ahead(lambda: data.slo_fleet_status(ctx.reads, slos))
