@@ -101,7 +101,9 @@ def slo_rows(slos: Sequence[Slo], panel_id: int, y: int) -> tuple[list[dict[str,
                 _target(
                     0,
                     _scoped(
-                        slo_rules.newest(f"slo:period_error_budget_remaining:ratio{{{match}}}", slo.window_s)
+                        slo_rules.newest(
+                            f"slo:period_error_budget_remaining:ratio{{{match}}}", slo, slo.window_s
+                        )
                     ),
                     "{{scope}}",
                 )
@@ -119,7 +121,7 @@ def slo_rows(slos: Sequence[Slo], panel_id: int, y: int) -> tuple[list[dict[str,
             _target(
                 i,
                 _scoped(
-                    f"{slo_rules.newest(f'slo:sli_error:ratio_rate{w}{{{match}}}', seconds)}\n/ {on} "
+                    f"{slo_rules.newest(f'slo:sli_error:ratio_rate{w}{{{match}}}', slo, seconds)}\n/ {on} "
                     f"slo:error_budget:ratio{{{match}}}"
                 ),
                 f"{{{{scope}}}} {w}",

@@ -253,14 +253,15 @@ def recording_groups(slo: Slo, queries: SignalQueries, *, interval_s: float) -> 
     """Four groups for one SLO: the windows under an hour and the burn rates at the evaluation interval,
     the windows under a day at least a minute apart, and those of a day or more and the whole period
     (``increase`` over days or weeks) every ``PERIOD_INTERVAL_S``. An ``increase`` over days of every
-    server's histogram is what the engine pays for: at 1,000 servers the 1 d and 3 d windows once a minute
-    were two thirds of a Prometheus's rule evaluation (bench prometheus's engines). A minute moves no
+    server's histogram is what the engine pays for: at 1,000 servers the windows of 1 h to 3 d once a minute
+    were two thirds of a Prometheus's rule evaluation, most of it the 1 d and 3 d ones (bench prometheus's
+    engines). A minute moves no
     sub-day window's burn rate that an alert reads, five move a day's by under 0.4 %; the readers of the
     day windows take their newest evaluation (``newest``)."""
     q = SloQueries(queries)
     short = [w for w in windows_s(slo) if w < LONG_WINDOW_S]
-    long = [w for w in windows_s(slo) if LONG_WINDOW_S <= w < DAY_WINDOW_S]
-    days = [w for w in windows_s(slo) if w >= DAY_WINDOW_S]
+    long = [w for w in windows_s(slo) if w >= LONG_WINDOW_S and not every_five_minutes(slo, w)]
+    days = [w for w in windows_s(slo) if every_five_minutes(slo, w)]
     rules = _window_rules(slo, q, short)
     on = "on (sloth_id, sloth_service, sloth_slo) group_left"
     rules += [
@@ -325,11 +326,17 @@ def recording_groups(slo: Slo, queries: SignalQueries, *, interval_s: float) -> 
     ]
 
 
-def newest(series: str, window_s: float) -> str:
-    """A recorded window's series (a selector) as an alert or a panel reads it: those of a day or more (the
-    period's too) are evaluated every ``PERIOD_INTERVAL_S``, which the engines' 5-minute lookback may just
-    miss, so their newest evaluation within ``RECORDED_LOOKBACK_S``."""
-    if window_s < DAY_WINDOW_S:
+def every_five_minutes(slo: Slo, window_s: float) -> bool:
+    """Whether the SLO's recordings over ``window_s`` are evaluated every ``PERIOD_INTERVAL_S``: the windows
+    of a day or more, and the period (its budget and burn rate too), however short it is."""
+    return window_s >= DAY_WINDOW_S or window_s >= slo.window_s
+
+
+def newest(series: str, slo: Slo, window_s: float) -> str:
+    """A recorded series of the SLO (a selector) over ``window_s`` as an alert or a panel reads it: those
+    evaluated every ``PERIOD_INTERVAL_S``, which the engines' 5-minute lookback may just miss, as their
+    newest evaluation within ``RECORDED_LOOKBACK_S``."""
+    if not every_five_minutes(slo, window_s):
         return series
     return f"last_over_time({series}[{window_name(RECORDED_LOOKBACK_S)}])"
 
@@ -339,7 +346,7 @@ def burn_condition(slo: Slo, window: BurnWindow, factor: float) -> str:
     long window's burn rate as value (``ErrorBudgetBurn``'s condition, as ``BurnCheck.holds``)."""
 
     def read(name: str, window_s: float) -> str:
-        return newest(f"{name}{window_name(window_s)}{selector(slo)}", window_s)
+        return newest(f"{name}{window_name(window_s)}{selector(slo)}", slo, window_s)
 
     budget, threshold = _number(slo.budget), _number(factor)
     both = "and ignoring (sloth_window)"

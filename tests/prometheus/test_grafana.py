@@ -15,6 +15,8 @@ import pytest
 from collectors.prometheus.grafana import NO_TRAFFIC, check_dashboard, dashboard, queries_of
 from collectors.prometheus.queries import SignalQueries, signal_queries
 from collectors.prometheus.recording_rules import render_rules
+from collectors.slo import build_slos
+from config import parse_config
 from sim import gpu
 from sim.fleet import SimFleet
 from tests.prometheus.conftest import GPU_JOIN, gpu_jobs
@@ -59,6 +61,29 @@ def test_a_grafana_10_dashboard_with_the_three_variables_and_no_traffic_on_idle_
     assert len(cells) == len(set(cells))  # no panel hides another
     assert max(x for _, x in cells) < 24
     assert check_dashboard(board, QUERIES) == []
+
+
+def test_slo_panels_read_the_five_minute_recordings_at_their_newest_evaluation() -> None:
+    """The budget (the period's group) and the 1 d / 3 d burn rates are evaluated every 5 minutes: a panel
+    reading them plainly would show gaps where the engine's 5-minute lookback just misses one. A period
+    under a day too; the windows under a day, evaluated at least once a minute, are read plainly."""
+    ttft = {"kind": "ttft", "threshold_s": 4}
+    config = parse_config(
+        {"slos": [
+            {"name": "ttft-4s", "sli": ttft, "objective": 0.99},
+            {"name": "ttft-12h", "sli": ttft, "objective": 0.99, "window": "12h", "alerting": {
+                "page": [{"long_s": 3600, "short_s": 300, "factor": 14.4}],
+                "ticket": [{"long_s": 21600, "short_s": 1800, "factor": 1}]}},
+        ]}
+    )  # fmt: skip
+    exprs = [expr for _, expr in queries_of(dashboard(QUERIES, slos=build_slos(config)))]
+    budgets = [e for e in exprs if "period_error_budget_remaining" in e]
+    assert len(budgets) == 2
+    assert all("last_over_time(slo:period_error_budget_remaining:ratio{" in e for e in budgets)
+    burns = " ".join(e for e in exprs if "slo:error_budget:ratio" in e)
+    assert 'last_over_time(slo:sli_error:ratio_rate3d{sloth_slo="ttft-4s"}[10m])' in burns
+    assert 'slo:sli_error:ratio_rate6h{sloth_slo="ttft-4s"}' in burns
+    assert "last_over_time(slo:sli_error:ratio_rate6h" not in burns
 
 
 def test_check_names_the_panel_and_the_series_that_drifted() -> None:
