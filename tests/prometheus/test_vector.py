@@ -160,8 +160,10 @@ def test_the_lean_read_leaves_the_collector_nothing_per_series() -> None:
     assert kept is not None
     assert len(kept.by_target) == len(parsed["data"]["result"]) == 3000
     assert all(a is b for a, b in zip(first.by_target, kept.by_target, strict=True))  # the same keys
-    # What the collector tracks of a cycle's answer: a few objects in all (other threads of a test worker may
-    # add some meanwhile), where the whole parse leaves a dict and a list per series that every collection
-    # walks (and promotes, until a full one runs); a new key per series would be 3,000 more.
-    assert lean < 300
-    assert whole >= 2 * 3000
+    # What the collector tracks of a cycle's answer: a few objects in all, where the whole parse leaves a dict
+    # and a list per series that every collection walks (and promotes, until a full one runs); a new key per
+    # series would be 3,000 more. Other threads of a test worker make and free objects meanwhile: both counts
+    # get the same slack (CI once read 5,998 for the whole parse).
+    slack = 300
+    assert lean < slack
+    assert whole >= 2 * 3000 - slack
