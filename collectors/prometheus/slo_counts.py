@@ -79,9 +79,14 @@ def _window_s(slo: Slo, asked_s: float) -> float:
     """The window a count asked over ``asked_s`` stands for. Callers end a window a second past their ``now``
     (the ledger's current minute) and ask a moment later, and a report's counts share an instant up to
     ``_AT_STEP_S`` old: a window up to that much longer than one of the SLO's own (recorded, period, alert)
-    is that window, so its recorded series and its cached answer serve it. Any other is as asked."""
+    is that window, so its recorded series and its cached answer serve it. A window of an hour or more is
+    its own up to ``LONG_WINDOW_REUSE_S`` longer, as its answer is reused for that long: a report whose
+    reads took seconds (a cold page on a busy engine) asked its scopes over the period 11.2 s after its
+    ``now``, missed the recordings and sent two raw 28-day increases (7 s of Prometheus each at 1,000
+    servers). Any other is as asked."""
     for window_s in sorted(_own_windows(slo) | set(slo_rules.windows_s(slo))):
-        if window_s <= asked_s < window_s + _AT_STEP_S + 1.0:
+        slack_s = LONG_WINDOW_REUSE_S if window_s >= LONG_WINDOW_S else _AT_STEP_S + 1.0
+        if window_s <= asked_s < window_s + slack_s:
             return window_s
     return asked_s
 
@@ -125,6 +130,7 @@ class PrometheusSloCounts:
         self._recordings: dict[tuple[str, int, float], dict[str, EventCounts]] = {}
         self._prefetched: set[tuple[str, float]] = set()
         self._recorded_slos: set[str] = set()  # SLOs whose recording rules answered (their rules are loaded)
+        self._unrecorded: dict[str, float] = {}  # SLO → when its recording rules last did not answer
         self._at: float | None = None  # the instant the current report reads at
         self._first: dict[tuple[str, str, float], int | None] = {}
         # Per ``sampled`` query: the oldest hour with a sample, and when it was searched for.
@@ -143,6 +149,7 @@ class PrometheusSloCounts:
             self._recordings.clear()
             self._prefetched.clear()
             self._recorded_slos.clear()
+            self._unrecorded.clear()
             self._first.clear()
             self._hours.clear()
             self._index.clear()
@@ -181,9 +188,11 @@ class PrometheusSloCounts:
             found = self._fresh(slo, window_s, at)
             if found is not None:
                 return found
+        recorded = self._rules_answer(slo, at)
+        with self._lock:
             windows = {window_s}
             # The SLO's own windows at once, unless its recording rules answer them (then only this one).
-            if slo.name not in self._recorded_slos and (slo.name, at) not in self._prefetched:
+            if not recorded and (slo.name, at) not in self._prefetched:
                 self._prefetched.add((slo.name, at))
                 windows |= {w for w in _own_windows(slo) if self._fresh(slo, w, at) is None}
         # The match and deployment labels are read per target, not matched in PromQL: a configured target's
@@ -273,6 +282,23 @@ class PrometheusSloCounts:
             self._recorded_slos.add(slo.name)
         return out
 
+    def _rules_answer(self, slo: Slo, at: float) -> bool:
+        """Whether the SLO's recording rules answer (its period's recordings read once to know). Asked before
+        any raw read of its counts: the Fleet page's coverage and status reads run at once, and a coverage
+        read that came first used to take the raw path, its own windows with it (increase() over 3 and 28
+        days of every server's histograms: 7–14 s each on the bench's Prometheus, a 51 s cold page)."""
+        if not self._recorded:
+            return False
+        with self._lock:
+            known = slo.name in self._recorded_slos
+            asked_at = self._unrecorded.get(slo.name, -math.inf)
+        if not known and not 0.0 <= at - asked_at < MINUTE_S:  # rules not loaded: asked again a minute on
+            known = self._from_recordings(slo, slo.window_s, at) is not None
+            if not known:
+                with self._lock:
+                    self._unrecorded[slo.name] = at
+        return known
+
     def _per_scope(self, slo: Slo, window_s: float, at: float) -> dict[str, EventCounts]:
         at = self._instant(at)
         if self._recorded:
@@ -296,7 +322,7 @@ class PrometheusSloCounts:
         if not scope and not slo.match:
             return None
         wanted = Scope.from_key(scope)
-        if slo.name in self._recorded_slos:
+        if self._rules_answer(slo, at):
             return sorted(
                 target for target, scopes in self._indexed(slo, window_s, at).items() if wanted in scopes
             )
@@ -424,7 +450,10 @@ class PrometheusSloCounts:
             at_known, *before = self._probe(expr, [known, *earlier])
             if at_known is not None and not (before and before[0] is not None):
                 return at_known
-        found_ts, hour = self._search(expr, first, last)
+        # Searched up to now, not to the last whole hour: a gap in the samples across that hour (the engine
+        # or its scrapes down for a while) read as a store younger than two hours, whose coverage is then
+        # its oldest sample within them: a week's budget said to cover two hours.
+        found_ts, hour = self._search(expr, first, now)
         with self._lock:
             if len(self._hours) > 256:
                 self._hours.clear()
@@ -435,9 +464,10 @@ class PrometheusSloCounts:
         return found_ts
 
     def _search(self, expr: str, first: float, last: float) -> tuple[float | None, float | None]:
-        """(the sample's timestamp, the hour) of the oldest hour from ``first`` to ``last`` with a sample of
-        ``expr``; (None, None) when the newest has none. Each round asks ``_PROBES_PER_ROUND`` hours evenly
-        spread between the newest known without a sample and the oldest known with one."""
+        """(the sample's timestamp, the hour) of the oldest hour from ``first`` with a sample of ``expr``, or
+        ``last`` when no hour before it has one; (None, None) when ``last`` has none. Each round asks
+        ``_PROBES_PER_ROUND`` hours evenly spread between the newest known without a sample and the oldest
+        known with one."""
         at_first, *at_last = self._probe(expr, [first, *([last] if last > first else [])])
         if at_first is not None:
             return at_first, first

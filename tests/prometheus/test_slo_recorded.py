@@ -138,8 +138,14 @@ def test_fleet_slo_status_from_recordings_reads_no_raw_increase_and_keeps_its_co
         )
         for kind in (True, False)
     )
+    slow = PrometheusSloCounts(slos, PromClient(engine.url), QUERIES, recorded=True, clock=lambda: now + 30.0)
     caplog.set_level(logging.DEBUG, logger="collectors.prometheus.client")
     try:
+        # A scope's coverage asked before any count (the page reads them at once, either may come first),
+        # and a report whose reads took seconds asking its scopes over the period 30 s after its now.
+        for slo in slos:
+            assert recorded.first_minute(slo.name, EAST) is not None
+            assert slow.scopes(slo.name, now - slo.window_s)
         statuses = [
             slo_status(recorded, slo, scope, now, worst=0)
             for slo in slos
@@ -166,3 +172,4 @@ def test_fleet_slo_status_from_recordings_reads_no_raw_increase_and_keeps_its_co
     finally:
         recorded.close()
         raw.close()
+        slow.close()
