@@ -169,7 +169,11 @@ class Signals:
     usd_per_million_tokens: float | None = None  # cost.gpu_hour_usd × gpu_count / output tok per hour × 1e6
 
     def as_dict(self) -> dict[str, float | None]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        # The names once, not dataclasses.fields() per call: a cycle of 1,000 targets asks ~1,400 times.
+        return {name: getattr(self, name) for name in _SIGNAL_FIELDS}
+
+
+_SIGNAL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Signals))
 
 
 def loss_shares(step_factor: float, accept_factor: float) -> tuple[float, float] | None:
