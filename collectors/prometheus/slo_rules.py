@@ -255,9 +255,8 @@ def recording_groups(slo: Slo, queries: SignalQueries, *, interval_s: float) -> 
     (``increase`` over days or weeks) every ``PERIOD_INTERVAL_S``. An ``increase`` over days of every
     server's histogram is what the engine pays for: at 1,000 servers the windows of 1 h to 3 d once a minute
     were two thirds of a Prometheus's rule evaluation, most of it the 1 d and 3 d ones (bench prometheus's
-    engines). A minute moves no
-    sub-day window's burn rate that an alert reads, five move a day's by under 0.4 %; the readers of the
-    day windows take their newest evaluation (``newest``)."""
+    engines). A minute moves no sub-day window's burn rate that an alert reads, five move a day's by under
+    0.4 %; the readers of the day windows take their newest evaluation (``newest``)."""
     q = SloQueries(queries)
     short = [w for w in windows_s(slo) if w < LONG_WINDOW_S]
     long = [w for w in windows_s(slo) if w >= LONG_WINDOW_S and not every_five_minutes(slo, w)]
