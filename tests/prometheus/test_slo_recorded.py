@@ -78,10 +78,18 @@ def test_recorded_slo_counts_equal_the_raw_ones_and_unrecorded_slos_still_count(
     # east: slow first tokens and aborts; west: twenty times the traffic, all fast (test_slo_rules' fleet).
     servers["east-a"].serve(20, context_tokens=4096, queue_s=1.2, prefill_s=0.3, aborted=2)
     servers["west-a"].serve(400, context_tokens=4096, queue_s=0.05, prefill_s=0.3)
-    engine.wait_for(
-        'slo:sli_total:increase5m{sloth_slo="ttft-1s", deployment="east"} > 0', lambda r: bool(r), 30
-    )
-    time.sleep(3)  # the counters stopped: a few more evaluations, the recorded values settle
+    for deployment in ("east", "west"):
+        engine.wait_for(
+            f'slo:sli_total:increase5m{{sloth_slo="ttft-1s", deployment="{deployment}"}} > 0',
+            lambda r: bool(r),
+            30,
+        )
+    # No sample after this: a rule and a later query then see the same samples. While scrapes went on, one
+    # ingested after a rule's evaluation but stamped before it entered the query's increase() and not the
+    # rule's, and on a loaded CI box that moved east's 5-minute total 20.0 → 25.0 (extrapolation).
+    for server in servers.values():
+        server.stop()
+    time.sleep(3)  # a few more evaluations, over the same samples: the recorded values settle
     slos = build_slos(_config(servers, [*SLOS, UNRECORDED]))
     at = time.time()
     recorded = _counts(engine, slos, recorded=True, at=at)
